@@ -1,0 +1,153 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// bpeModel is a byte-level BPE model. Its vocabulary and merges are stored over raw
+// bytes (decoded from the byte-level alphabet at load), so words are merged straight
+// from the input bytes without mapping them to the alphabet first.
+type bpeModel struct {
+	vocab        map[string]uint32 // raw bytes → id
+	merges       map[uint64]merge  // left id<<32 | right id → rule
+	byteID       [256]uint32
+	hasByte      [256]bool
+	ignoreMerges bool
+	// tokens maps an id to its token as written in tokenizer.json (byte-level text).
+	tokens map[uint32]string
+}
+
+type merge struct {
+	rank uint32
+	id   uint32
+}
+
+func pairKey(a, b uint32) uint64 { return uint64(a)<<32 | uint64(b) }
+
+type bpeJSON struct {
+	Type                    string            `json:"type"`
+	Vocab                   map[string]uint32 `json:"vocab"`
+	Merges                  []json.RawMessage `json:"merges"`
+	Dropout                 *float64          `json:"dropout"`
+	UNKToken                *string           `json:"unk_token"`
+	ContinuingSubwordPrefix *string           `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string           `json:"end_of_word_suffix"`
+	FuseUNK                 bool              `json:"fuse_unk"`
+	ByteFallback            bool              `json:"byte_fallback"`
+	IgnoreMerges            bool              `json:"ignore_merges"`
+}
+
+func parseBPE(raw json.RawMessage) (*bpeModel, error) {
+	typ, err := componentType(raw)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	if typ != "BPE" && typ != "" {
+		return nil, fmt.Errorf("%w: model %q (only byte-level BPE is supported)", ErrUnsupported, typ)
+	}
+	var j bpeJSON
+	if err := json.Unmarshal(raw, &j); err != nil {
+		return nil, fmt.Errorf("model BPE: %w", err)
+	}
+	switch {
+	case j.Dropout != nil && *j.Dropout != 0:
+		return nil, fmt.Errorf("%w: model BPE with dropout %g", ErrUnsupported, *j.Dropout)
+	case j.ContinuingSubwordPrefix != nil && *j.ContinuingSubwordPrefix != "":
+		return nil, fmt.Errorf("%w: model BPE continuing_subword_prefix %q", ErrUnsupported, *j.ContinuingSubwordPrefix)
+	case j.EndOfWordSuffix != nil && *j.EndOfWordSuffix != "":
+		return nil, fmt.Errorf("%w: model BPE end_of_word_suffix %q", ErrUnsupported, *j.EndOfWordSuffix)
+	case j.ByteFallback:
+		return nil, fmt.Errorf("%w: model BPE byte_fallback (SentencePiece-style BPE)", ErrUnsupported)
+	}
+	m := &bpeModel{
+		vocab:        make(map[string]uint32, len(j.Vocab)),
+		merges:       make(map[uint64]merge, len(j.Merges)),
+		ignoreMerges: j.IgnoreMerges,
+		tokens:       make(map[uint32]string, len(j.Vocab)),
+	}
+	var buf []byte
+	for tok, id := range j.Vocab {
+		m.tokens[id] = tok
+		raw, ok := byteLevelDecode(buf[:0], tok)
+		if !ok {
+			// Not byte-level text: unreachable from byte-level input, kept for decoding.
+			continue
+		}
+		buf = raw
+		m.vocab[string(raw)] = id
+		if len(raw) == 1 {
+			m.byteID[raw[0]] = id
+			m.hasByte[raw[0]] = true
+		}
+	}
+	for rank, rm := range j.Merges {
+		left, right, err := parseMerge(rm)
+		if err != nil {
+			return nil, fmt.Errorf("model BPE merge %d: %w", rank, err)
+		}
+		lid, lok := j.Vocab[left]
+		rid, rok := j.Vocab[right]
+		nid, nok := j.Vocab[left+right]
+		if !lok || !rok || !nok {
+			return nil, fmt.Errorf("model BPE merge %d (%q %q): token not in vocab", rank, left, right)
+		}
+		k := pairKey(lid, rid)
+		if _, dup := m.merges[k]; !dup { // the first (lowest) rank wins
+			m.merges[k] = merge{rank: uint32(rank), id: nid}
+		}
+	}
+	return m, nil
+}
+
+// parseMerge reads a merge in either the "a b" or the ["a", "b"] form.
+func parseMerge(raw json.RawMessage) (string, string, error) {
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		left, right, ok := strings.Cut(s, " ")
+		if !ok {
+			return "", "", fmt.Errorf("merge %q has no space", s)
+		}
+		return left, right, nil
+	}
+	var pair []string
+	if err := json.Unmarshal(raw, &pair); err != nil || len(pair) != 2 {
+		return "", "", fmt.Errorf("merge %s is neither \"a b\" nor [\"a\",\"b\"]", truncateForError(string(raw)))
+	}
+	return pair[0], pair[1], nil
+}
+
+// encodeWord appends the ids of one pre-token (raw bytes) to dst. work is scratch.
+func (m *bpeModel) encodeWord(dst []uint32, word string, work []uint32) ([]uint32, []uint32, error) {
+	if m.ignoreMerges {
+		if id, ok := m.vocab[word]; ok {
+			return append(dst, id), work, nil
+		}
+	}
+	syms := work[:0]
+	for i := 0; i < len(word); i++ {
+		b := word[i]
+		if !m.hasByte[b] {
+			return dst, syms, fmt.Errorf("%w: byte 0x%02x has no token in the vocabulary", ErrUnsupported, b)
+		}
+		syms = append(syms, m.byteID[b])
+	}
+	// Greedy merging: always the lowest-ranked adjacent pair, leftmost on ties —
+	// the order Hugging Face's priority queue produces.
+	for len(syms) > 1 {
+		best, bestRank := -1, uint32(0)
+		var bestID uint32
+		for i := 0; i+1 < len(syms); i++ {
+			if mg, ok := m.merges[pairKey(syms[i], syms[i+1])]; ok && (best < 0 || mg.rank < bestRank) {
+				best, bestRank, bestID = i, mg.rank, mg.id
+			}
+		}
+		if best < 0 {
+			break
+		}
+		syms[best] = bestID
+		syms = append(syms[:best+1], syms[best+2:]...)
+	}
+	return append(dst, syms...), syms, nil
+}

@@ -1,0 +1,411 @@
+package tokenizer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+)
+
+// Config tunes a Model's limits and caches. The zero value is not valid; start
+// from DefaultConfig.
+type Config struct {
+	// ModelName overrides the served model name Name reports ("" keeps the model's own).
+	ModelName string
+	// MaxInputBytes refuses longer texts and rendered prompts with ErrTooLarge.
+	MaxInputBytes int
+	// SegmentCacheEntries bounds the LRU of token ids per text segment (the text
+	// between added tokens, e.g. one chat message); 0 disables it.
+	SegmentCacheEntries int
+	// SegmentCacheMinBytes and SegmentCacheMaxBytes bound which segments are cached:
+	// shorter ones are cheaper to tokenize than to look up, longer ones would let a
+	// few huge prompts hold the memory. Worst-case memory is about
+	// SegmentCacheEntries × SegmentCacheMaxBytes × 2 (text plus ids).
+	SegmentCacheMinBytes int
+	SegmentCacheMaxBytes int
+	// WordCacheEntries bounds the LRU of BPE results per pre-token; 0 disables it.
+	WordCacheEntries int
+}
+
+// DefaultConfig returns the limits the package uses when none are given.
+func DefaultConfig() Config {
+	return Config{
+		MaxInputBytes:        8 << 20,
+		SegmentCacheEntries:  1024,
+		SegmentCacheMinBytes: 64,
+		SegmentCacheMaxBytes: 256 << 10,
+		WordCacheEntries:     1 << 16,
+	}
+}
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.MaxInputBytes <= 0:
+		return fmt.Errorf("tokenizer: MaxInputBytes must be positive, got %d", c.MaxInputBytes)
+	case c.SegmentCacheEntries < 0 || c.WordCacheEntries < 0:
+		return fmt.Errorf("tokenizer: cache sizes must not be negative")
+	case c.SegmentCacheMinBytes < 0 || c.SegmentCacheMaxBytes < c.SegmentCacheMinBytes:
+		return fmt.Errorf("tokenizer: SegmentCacheMinBytes %d / SegmentCacheMaxBytes %d out of order",
+			c.SegmentCacheMinBytes, c.SegmentCacheMaxBytes)
+	}
+	return nil
+}
+
+// core is the immutable, parsed tokenizer; Models with different Configs share it.
+type core struct {
+	name        string
+	normalizer  normalizer
+	pre         preTokenizer
+	bpe         *bpeModel
+	post        postProcessor
+	addedByID   map[uint32]*addedToken
+	rawMatcher  *addedMatcher // added tokens matched on the raw text
+	normMatcher *addedMatcher // added tokens matched after normalization
+	cleanUp     bool          // clean_up_tokenization_spaces on decode
+	chat        *chatTemplate // nil when tokenizer_config.json has none
+	specials    map[string]string
+}
+
+// Model is a local tokenizer for one model: tokenizer.json's pipeline plus
+// tokenizer_config.json's chat template. It is safe for concurrent use.
+type Model struct {
+	c         *core
+	cfg       Config
+	segCache  *lru.Cache[string, []uint32]
+	wordCache *lru.Cache[string, []uint32]
+	scratch   sync.Pool
+}
+
+var _ Tokenizer = (*Model)(nil)
+
+// Load reads tokenizer.json and tokenizer_config.json from dir, with DefaultConfig.
+func Load(dir string) (*Model, error) {
+	return LoadConfig(dir, DefaultConfig())
+}
+
+// LoadConfig is Load with explicit limits.
+func LoadConfig(dir string, cfg Config) (*Model, error) {
+	tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	tc, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	c, err := parseCore(tj, tc)
+	if err != nil {
+		return nil, fmt.Errorf("%w (in %s)", err, dir)
+	}
+	if c.name == "" {
+		c.name = filepath.Base(filepath.Clean(dir))
+	}
+	return newModel(c, cfg)
+}
+
+// WithConfig returns a Model that shares m's parsed tokenizer but has its own
+// limits and caches.
+func (m *Model) WithConfig(cfg Config) (*Model, error) {
+	return newModel(m.c, cfg)
+}
+
+func newModel(c *core, cfg Config) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Model{c: c, cfg: cfg}
+	var err error
+	if cfg.SegmentCacheEntries > 0 {
+		if m.segCache, err = lru.New[string, []uint32](cfg.SegmentCacheEntries); err != nil {
+			return nil, fmt.Errorf("tokenizer: segment cache: %w", err)
+		}
+	}
+	if cfg.WordCacheEntries > 0 {
+		if m.wordCache, err = lru.New[string, []uint32](cfg.WordCacheEntries); err != nil {
+			return nil, fmt.Errorf("tokenizer: word cache: %w", err)
+		}
+	}
+	m.scratch.New = func() any { return new(scratch) }
+	return m, nil
+}
+
+// parseCore builds the pipeline from the two files' bytes. Every component it
+// cannot reproduce exactly is an ErrUnsupported error naming it.
+func parseCore(tokenizerJSON, configJSON []byte) (*core, error) {
+	var f tokenizerFile
+	if err := json.Unmarshal(tokenizerJSON, &f); err != nil {
+		return nil, fmt.Errorf("tokenizer: tokenizer.json: %w", err)
+	}
+	if !isNull(f.Truncation) || !isNull(f.Padding) {
+		// Both change ids only for batch/length options vLLM does not use for
+		// prompts; refuse rather than guess.
+		return nil, fmt.Errorf("%w: tokenizer.json truncation/padding settings", ErrUnsupported)
+	}
+	c := &core{addedByID: make(map[uint32]*addedToken), specials: make(map[string]string)}
+	var err error
+	if c.normalizer, err = parseNormalizer(f.Normalizer); err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	if err = parsePreTokenizer(f.PreTokenizer, &c.pre); err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	if isNull(f.Model) {
+		return nil, fmt.Errorf("tokenizer: tokenizer.json has no model")
+	}
+	if c.bpe, err = parseBPE(f.Model); err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	if !c.pre.byteLevel {
+		return nil, fmt.Errorf("tokenizer: %w: BPE without a ByteLevel pre_tokenizer (not a byte-level BPE)", ErrUnsupported)
+	}
+	if err = parsePostProcessor(f.PostProcessor, &c.post); err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	if err = parseDecoder(f.Decoder); err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	var raw, normed []*addedToken
+	for _, a := range f.AddedTokens {
+		t := &addedToken{id: a.ID, content: a.Content, singleWord: a.SingleWord, lstrip: a.LStrip,
+			rstrip: a.RStrip, normalized: a.Normalized, special: a.Special}
+		c.addedByID[a.ID] = t
+		if t.normalized && c.normalizer != nil {
+			// Hugging Face matches these against the normalized text, so their
+			// content is normalized too.
+			t.content = c.normalizer.normalize(t.content)
+			normed = append(normed, t)
+		} else {
+			raw = append(raw, t)
+		}
+	}
+	c.rawMatcher = newAddedMatcher(raw)
+	c.normMatcher = newAddedMatcher(normed)
+
+	c.cleanUp = true // the reference's default when tokenizer_config.json says nothing
+	if len(configJSON) > 0 {
+		var tc tokenizerConfig
+		if err := json.Unmarshal(configJSON, &tc); err != nil {
+			return nil, fmt.Errorf("tokenizer: tokenizer_config.json: %w", err)
+		}
+		if tc.CleanUpTokenizationSpcs != nil {
+			c.cleanUp = *tc.CleanUpTokenizationSpcs
+		}
+		c.name = tc.NameOrPath
+		for name, raw := range map[string]json.RawMessage{"bos_token": tc.BOSToken, "eos_token": tc.EOSToken,
+			"pad_token": tc.PadToken, "unk_token": tc.UNKToken} {
+			s, err := tokenString(raw)
+			if err != nil {
+				return nil, fmt.Errorf("tokenizer: tokenizer_config.json %s: %w", name, err)
+			}
+			if s != "" {
+				c.specials[name] = s
+			}
+		}
+		src, err := chatTemplateSource(tc.ChatTemplate)
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: tokenizer_config.json: %w", err)
+		}
+		if src != "" {
+			if c.chat, err = compileChatTemplate(src); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return c, nil
+}
+
+// Name is the model name this tokenizer serves (e.g. "Qwen/Qwen3-0.6B").
+func (m *Model) Name() string {
+	if m.cfg.ModelName != "" {
+		return m.cfg.ModelName
+	}
+	return m.c.name
+}
+
+// Config returns the limits m was built with.
+func (m *Model) Config() Config { return m.cfg }
+
+// HasChatTemplate reports whether the model has a chat template to render.
+func (m *Model) HasChatTemplate() bool { return m.c.chat != nil }
+
+// scratch is per-call working memory, pooled.
+type scratch struct {
+	segs   []segment
+	segs2  []segment
+	words  []string
+	pieces []string
+	work   []uint32
+}
+
+// Encode tokenizes text. addSpecial adds the post-processor's tokens (Llama's
+// BOS); vLLM uses true for completions and false for rendered chat prompts.
+// Invalid UTF-8 is first replaced the way a JSON decoder would (see toValidUTF8).
+func (m *Model) Encode(text string, addSpecial bool) ([]uint32, error) {
+	if len(text) > m.cfg.MaxInputBytes {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(text), m.cfg.MaxInputBytes)
+	}
+	return m.AppendEncode(make([]uint32, 0, len(text)/3+4), text, addSpecial)
+}
+
+// AppendEncode is Encode appending to dst.
+func (m *Model) AppendEncode(dst []uint32, text string, addSpecial bool) ([]uint32, error) {
+	if len(text) > m.cfg.MaxInputBytes {
+		return dst, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(text), m.cfg.MaxInputBytes)
+	}
+	text = toValidUTF8(text)
+	sc := m.scratch.Get().(*scratch)
+	defer m.scratch.Put(sc)
+	if addSpecial {
+		dst = append(dst, m.c.post.prefix...)
+	}
+	sc.segs = m.c.rawMatcher.split(sc.segs[:0], text)
+	var err error
+	for _, seg := range sc.segs {
+		if seg.token != nil {
+			dst = append(dst, seg.token.id)
+			continue
+		}
+		if dst, err = m.encodeSegment(dst, seg.text, sc); err != nil {
+			return dst, err
+		}
+	}
+	if addSpecial {
+		dst = append(dst, m.c.post.suffix...)
+	}
+	return dst, nil
+}
+
+// encodeSegment tokenizes text that holds no raw-matched added token, through
+// the segment cache.
+func (m *Model) encodeSegment(dst []uint32, text string, sc *scratch) ([]uint32, error) {
+	cacheable := m.segCache != nil && len(text) >= m.cfg.SegmentCacheMinBytes && len(text) <= m.cfg.SegmentCacheMaxBytes
+	if cacheable {
+		if ids, ok := m.segCache.Get(text); ok {
+			return append(dst, ids...), nil
+		}
+	}
+	start := len(dst)
+	normed := text
+	if m.c.normalizer != nil {
+		normed = m.c.normalizer.normalize(text)
+	}
+	var err error
+	sc.segs2 = m.c.normMatcher.split(sc.segs2[:0], normed)
+	for _, seg := range sc.segs2 {
+		if seg.token != nil {
+			dst = append(dst, seg.token.id)
+			continue
+		}
+		sc.words, sc.pieces = m.c.pre.split(sc.words[:0], seg.text, sc.pieces)
+		for _, w := range sc.words {
+			if dst, err = m.encodeWord(dst, w, sc); err != nil {
+				return dst, err
+			}
+		}
+	}
+	if cacheable {
+		m.segCache.Add(strings.Clone(text), append([]uint32(nil), dst[start:]...))
+	}
+	return dst, nil
+}
+
+// maxCachedWordBytes keeps pathological pre-tokens (megabytes without a space)
+// out of the word cache.
+const maxCachedWordBytes = 256
+
+func (m *Model) encodeWord(dst []uint32, w string, sc *scratch) ([]uint32, error) {
+	if w == "" {
+		return dst, nil
+	}
+	cacheable := m.wordCache != nil && len(w) > 1 && len(w) <= maxCachedWordBytes
+	if cacheable {
+		if ids, ok := m.wordCache.Get(w); ok {
+			return append(dst, ids...), nil
+		}
+	}
+	start := len(dst)
+	var err error
+	dst, sc.work, err = m.c.bpe.encodeWord(dst, w, sc.work)
+	if err != nil {
+		return dst, err
+	}
+	if cacheable {
+		m.wordCache.Add(strings.Clone(w), append([]uint32(nil), dst[start:]...))
+	}
+	return dst, nil
+}
+
+// Decode turns ids back into text. skipSpecial leaves out added tokens marked
+// special. Bytes that do not form UTF-8 become U+FFFD, like the reference.
+func (m *Model) Decode(ids []uint32, skipSpecial bool) (string, error) {
+	var buf []byte
+	for _, id := range ids {
+		if t, ok := m.c.addedByID[id]; ok {
+			if skipSpecial && t.special {
+				continue
+			}
+			var ok bool
+			if buf, ok = byteLevelDecode(buf, t.content); !ok {
+				buf = append(buf, t.content...)
+			}
+			continue
+		}
+		tok, ok := m.c.bpe.tokens[id]
+		if !ok {
+			return "", fmt.Errorf("tokenizer: decode: id %d is not in the vocabulary", id)
+		}
+		if buf, ok = byteLevelDecode(buf, tok); !ok {
+			buf = append(buf, tok...)
+		}
+	}
+	text := lossyUTF8(buf)
+	if m.c.cleanUp {
+		text = cleanUpTokenization(text)
+	}
+	return text, nil
+}
+
+// cleanUpTokenization is clean_up_tokenization_spaces: the reference applies the
+// replacements one after the other over the whole text.
+func cleanUpTokenization(s string) string {
+	for _, p := range [][2]string{{" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"},
+		{" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}} {
+		s = strings.ReplaceAll(s, p[0], p[1])
+	}
+	return s
+}
+
+// Completion tokenizes a completion prompt (the Tokenizer interface).
+func (m *Model) Completion(ctx context.Context, _ string, prompt string, addSpecialTokens bool) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	ids, err := m.Encode(prompt, addSpecialTokens)
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{Prompt: prompt, IDs: ids}, nil
+}
+
+// Chat renders the chat template and tokenizes the result (the Tokenizer interface).
+func (m *Model) Chat(ctx context.Context, _ string, req *ChatRequest) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	prompt, err := m.RenderChat(req)
+	if err != nil {
+		return Result{}, err
+	}
+	ids, err := m.Encode(prompt, req.AddSpecialTokens)
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{Prompt: prompt, IDs: ids}, nil
+}
