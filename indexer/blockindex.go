@@ -1,0 +1,636 @@
+package indexer
+
+import (
+	"fmt"
+	"math/bits"
+	"math/rand/v2"
+	"slices"
+	"sync"
+
+	kvroutev1 "github.com/kvroute/kvroute/proto/kvroute/v1"
+)
+
+// MaxInstancesLimit is the largest MaxInstances a BlockIndex accepts: instance ids are
+// 16-bit on the hot path.
+const MaxInstancesLimit = 4096
+
+const (
+	noID          = 0xFFFF
+	inlineHolders = 4
+	chunkBits     = 16
+	chunkSize     = 1 << chunkBits
+	// sweepChunk is how many arena entries RemoveInstance scans per lock hold.
+	sweepChunk = 1 << 15
+	minSlots   = 1 << 10
+)
+
+// BlockIndexConfig configures a BlockIndex.
+type BlockIndexConfig struct {
+	// MaxKeys bounds the number of distinct keys; beyond it the least recently touched key
+	// is evicted. 0 = unbounded.
+	MaxKeys int
+	// MaxInstances bounds how many instances the index tracks at once (1..MaxInstancesLimit);
+	// it sizes the per-key holder bitsets (MaxInstances/64 words, used only by keys with
+	// more than four holders). 0 = 1024.
+	MaxInstances int
+}
+
+// entry is one key in the arena: 32 bytes.
+type entry struct {
+	key uint64
+	// LRU links (arena indices; 0 is the sentinel).
+	prev, next uint32
+	// ext is 1 + the holder bitset's block when the key has (had) more than
+	// inlineHolders holders; 0 when the holders are inline in ids.
+	ext uint32
+	// n is the number of holders; 0 marks a free arena slot.
+	n   uint16
+	_   uint16
+	ids [inlineHolders]uint16
+}
+
+// BlockIndex is the in-memory Index: an open-addressing hash table of uint32 arena indices
+// (linear probing, load ≤ 5/8, backward-shift deletion) over a chunked arena of 32-byte
+// entries, which hold up to four holders inline as 16-bit instance ids and switch to a
+// bitset beyond, and are threaded on an intrusive LRU list for the MaxKeys bound. One
+// RWMutex guards it: lookups share it, writers take it per call (or per sweep chunk).
+//
+// The LRU is intrusive rather than golang-lru/v2 because that library spends a map entry
+// and a list element (two pointers, an interface-free but heap-allocated node) per key,
+// which alone exceeds the 64 bytes per (key, instance) goal and allocates on every Store.
+type BlockIndex struct {
+	mu      sync.RWMutex
+	maxKeys int
+	maxInst int
+	words   int // uint64 words per holder bitset
+
+	chunks [][]entry
+	used   uint32 // arena high-water mark (index 0 is the LRU sentinel)
+	free   uint32 // free-list head, linked through entry.next
+
+	slots []uint32
+	bits  uint
+	seed  uint64
+
+	keys      int
+	entries   int
+	evictions uint64
+
+	sets     []uint64
+	freeSets []uint32
+
+	byName  map[string]uint16
+	names   []string
+	live    []bool
+	blocks  []int
+	freeIDs []uint16
+	nextID  int
+
+	scratch sync.Pool
+}
+
+var _ Index = (*BlockIndex)(nil)
+
+// NewBlockIndex returns an empty index.
+func NewBlockIndex(cfg BlockIndexConfig) (*BlockIndex, error) {
+	if cfg.MaxInstances == 0 {
+		cfg.MaxInstances = 1024
+	}
+	if cfg.MaxInstances < 1 || cfg.MaxInstances > MaxInstancesLimit {
+		return nil, fmt.Errorf("%w: MaxInstances %d not in 1..%d", ErrConfig, cfg.MaxInstances, MaxInstancesLimit)
+	}
+	if cfg.MaxKeys < 0 {
+		return nil, fmt.Errorf("%w: MaxKeys %d is negative", ErrConfig, cfg.MaxKeys)
+	}
+	x := &BlockIndex{
+		maxKeys: cfg.MaxKeys,
+		maxInst: cfg.MaxInstances,
+		words:   (cfg.MaxInstances + 63) / 64,
+		chunks:  [][]entry{make([]entry, chunkSize)},
+		used:    1,
+		slots:   make([]uint32, minSlots),
+		bits:    uint(bits.TrailingZeros(minSlots)),
+		seed:    rand.Uint64() | 1,
+		byName:  make(map[string]uint16),
+		names:   make([]string, cfg.MaxInstances),
+		live:    make([]bool, cfg.MaxInstances),
+		blocks:  make([]int, cfg.MaxInstances),
+	}
+	maxInst := cfg.MaxInstances
+	x.scratch.New = func() any {
+		b := make([]uint16, 0, maxInst)
+		return &b
+	}
+	return x, nil
+}
+
+// ---- arena, LRU and hash table ----
+
+func (x *BlockIndex) at(i uint32) *entry { return &x.chunks[i>>chunkBits][i&(chunkSize-1)] }
+
+func (x *BlockIndex) home(key uint64) uint64 {
+	return ((key ^ x.seed) * 0x9E3779B97F4A7C15) >> (64 - x.bits)
+}
+
+// findIdx returns the arena index of key, 0 if absent.
+func (x *BlockIndex) findIdx(key uint64) uint32 {
+	mask := uint64(len(x.slots) - 1)
+	for i := x.home(key); ; i = (i + 1) & mask {
+		s := x.slots[i]
+		if s == 0 || x.at(s).key == key {
+			return s
+		}
+	}
+}
+
+func (x *BlockIndex) placeSlot(slots []uint32, key uint64, idx uint32) {
+	mask := uint64(len(slots) - 1)
+	for i := x.home(key); ; i = (i + 1) & mask {
+		if slots[i] == 0 {
+			slots[i] = idx
+			return
+		}
+	}
+}
+
+func (x *BlockIndex) growSlots() {
+	old := x.slots
+	x.slots = make([]uint32, 2*len(old))
+	x.bits++
+	for _, s := range old {
+		if s != 0 {
+			x.placeSlot(x.slots, x.at(s).key, s)
+		}
+	}
+}
+
+// deleteSlot removes key's slot with backward-shift deletion.
+func (x *BlockIndex) deleteSlot(key uint64) {
+	mask := uint64(len(x.slots) - 1)
+	i := x.home(key)
+	for x.slots[i] != 0 && x.at(x.slots[i]).key != key {
+		i = (i + 1) & mask
+	}
+	if x.slots[i] == 0 {
+		return
+	}
+	for {
+		j := i
+		for {
+			j = (j + 1) & mask
+			if x.slots[j] == 0 {
+				x.slots[i] = 0
+				return
+			}
+			k := x.home(x.at(x.slots[j]).key)
+			// The entry at j may move to i only if its home is not cyclically in (i, j].
+			if i <= j {
+				if i < k && k <= j {
+					continue
+				}
+			} else if i < k || k <= j {
+				continue
+			}
+			break
+		}
+		x.slots[i] = x.slots[j]
+		i = j
+	}
+}
+
+func (x *BlockIndex) unlink(i uint32) {
+	e := x.at(i)
+	x.at(e.prev).next = e.next
+	x.at(e.next).prev = e.prev
+}
+
+func (x *BlockIndex) linkFront(i uint32) {
+	s := x.at(0)
+	e := x.at(i)
+	e.prev = 0
+	e.next = s.next
+	x.at(s.next).prev = i
+	s.next = i
+}
+
+func (x *BlockIndex) touch(i uint32) {
+	if x.at(0).next == i {
+		return
+	}
+	x.unlink(i)
+	x.linkFront(i)
+}
+
+// newKey adds key with one holder and returns its arena index.
+func (x *BlockIndex) newKey(key uint64, id uint16) uint32 {
+	var i uint32
+	if x.free != 0 {
+		i = x.free
+		x.free = x.at(i).next
+	} else {
+		if int(x.used) == len(x.chunks)*chunkSize {
+			x.chunks = append(x.chunks, make([]entry, chunkSize))
+		}
+		i = x.used
+		x.used++
+	}
+	*x.at(i) = entry{key: key, n: 1, ids: [inlineHolders]uint16{id, noID, noID, noID}}
+	if (x.keys+1)*8 > len(x.slots)*5 {
+		x.growSlots()
+	}
+	x.placeSlot(x.slots, key, i)
+	x.linkFront(i)
+	x.keys++
+	x.entries++
+	x.blocks[id]++
+	return i
+}
+
+// dropKey deletes the (holder-less) entry i.
+func (x *BlockIndex) dropKey(i uint32) {
+	e := x.at(i)
+	x.deleteSlot(e.key)
+	x.unlink(i)
+	if e.ext != 0 {
+		x.freeSet(e.ext - 1)
+	}
+	*e = entry{next: x.free}
+	x.free = i
+	x.keys--
+}
+
+func (x *BlockIndex) evictLRU() {
+	i := x.at(0).prev
+	if i == 0 {
+		return
+	}
+	e := x.at(i)
+	x.forHolders(e, func(id uint16) { x.blocks[id]-- })
+	x.entries -= int(e.n)
+	e.n = 0
+	x.dropKey(i)
+	x.evictions++
+}
+
+// ---- holder sets ----
+
+func (x *BlockIndex) set(b uint32) []uint64 {
+	o := int(b) * x.words
+	return x.sets[o : o+x.words : o+x.words]
+}
+
+func (x *BlockIndex) allocSet() uint32 {
+	if n := len(x.freeSets); n > 0 {
+		b := x.freeSets[n-1]
+		x.freeSets = x.freeSets[:n-1]
+		return b
+	}
+	b := uint32(len(x.sets) / x.words)
+	x.sets = append(x.sets, make([]uint64, x.words)...)
+	return b
+}
+
+func (x *BlockIndex) freeSet(b uint32) {
+	clear(x.set(b))
+	x.freeSets = append(x.freeSets, b)
+}
+
+func (x *BlockIndex) has(e *entry, id uint16) bool {
+	if e.ext == 0 {
+		return e.ids[0] == id || e.ids[1] == id || e.ids[2] == id || e.ids[3] == id
+	}
+	return x.sets[int(e.ext-1)*x.words+int(id>>6)]&(1<<(id&63)) != 0
+}
+
+// addHolder adds id to e's holders and reports whether it was new.
+func (x *BlockIndex) addHolder(e *entry, id uint16) bool {
+	if e.ext == 0 {
+		empty := -1
+		for j, h := range e.ids {
+			if h == id {
+				return false
+			}
+			if h == noID && empty < 0 {
+				empty = j
+			}
+		}
+		if empty >= 0 {
+			e.ids[empty] = id
+			e.n++
+			return true
+		}
+		b := x.allocSet()
+		s := x.set(b)
+		for _, h := range e.ids {
+			s[h>>6] |= 1 << (h & 63)
+		}
+		e.ids = [inlineHolders]uint16{noID, noID, noID, noID}
+		e.ext = b + 1
+	}
+	s := x.set(e.ext - 1)
+	if s[id>>6]&(1<<(id&63)) != 0 {
+		return false
+	}
+	s[id>>6] |= 1 << (id & 63)
+	e.n++
+	return true
+}
+
+// delHolder removes id from e's holders and reports whether it was there.
+func (x *BlockIndex) delHolder(e *entry, id uint16) bool {
+	if e.ext == 0 {
+		for j, h := range e.ids {
+			if h == id {
+				e.ids[j] = noID
+				e.n--
+				return true
+			}
+		}
+		return false
+	}
+	s := x.set(e.ext - 1)
+	if s[id>>6]&(1<<(id&63)) == 0 {
+		return false
+	}
+	s[id>>6] &^= 1 << (id & 63)
+	e.n--
+	if e.n <= inlineHolders {
+		// Back to inline: keeps memory per entry small once a hot key cools down.
+		j := 0
+		for w, v := range s {
+			for v != 0 {
+				t := bits.TrailingZeros64(v)
+				v &= v - 1
+				e.ids[j] = uint16(w*64 + t)
+				j++
+			}
+		}
+		x.freeSet(e.ext - 1)
+		e.ext = 0
+	}
+	return true
+}
+
+func (x *BlockIndex) forHolders(e *entry, f func(uint16)) {
+	if e.ext == 0 {
+		for _, h := range e.ids {
+			if h != noID {
+				f(h)
+			}
+		}
+		return
+	}
+	for w, v := range x.set(e.ext - 1) {
+		for v != 0 {
+			t := bits.TrailingZeros64(v)
+			v &= v - 1
+			f(uint16(w*64 + t))
+		}
+	}
+}
+
+// appendLive appends e's live holders to act.
+func (x *BlockIndex) appendLive(act []uint16, e *entry) []uint16 {
+	if e.ext == 0 {
+		for _, h := range e.ids {
+			if h != noID && x.live[h] {
+				act = append(act, h)
+			}
+		}
+		return act
+	}
+	for w, v := range x.set(e.ext - 1) {
+		for v != 0 {
+			t := bits.TrailingZeros64(v)
+			v &= v - 1
+			if h := uint16(w*64 + t); x.live[h] {
+				act = append(act, h)
+			}
+		}
+	}
+	return act
+}
+
+// ---- instances ----
+
+func (x *BlockIndex) idFor(name string) (uint16, error) {
+	if id, ok := x.byName[name]; ok {
+		return id, nil
+	}
+	if err := kvroutev1.ValidateID(name); err != nil {
+		return 0, fmt.Errorf("%w %q: %w", ErrBadInstance, name, err)
+	}
+	var id uint16
+	if n := len(x.freeIDs); n > 0 {
+		id = x.freeIDs[n-1]
+		x.freeIDs = x.freeIDs[:n-1]
+	} else if x.nextID < x.maxInst {
+		id = uint16(x.nextID)
+		x.nextID++
+	} else {
+		return 0, fmt.Errorf("%w: %d instances tracked, cannot add %q", ErrTooManyInstances, x.maxInst, name)
+	}
+	x.byName[name] = id
+	x.names[id] = name
+	x.live[id] = true
+	x.blocks[id] = 0
+	return id, nil
+}
+
+// ---- Index ----
+
+// Store implements Index.
+func (x *BlockIndex) Store(instance string, keys []uint64) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	id, err := x.idFor(instance)
+	if err != nil {
+		return err
+	}
+	x.store(id, keys)
+	return nil
+}
+
+func (x *BlockIndex) store(id uint16, keys []uint64) {
+	for _, k := range keys {
+		i := x.findIdx(k)
+		if i == 0 {
+			if x.maxKeys > 0 && x.keys >= x.maxKeys {
+				x.evictLRU()
+			}
+			x.newKey(k, id)
+			continue
+		}
+		if x.addHolder(x.at(i), id) {
+			x.entries++
+			x.blocks[id]++
+		}
+		x.touch(i)
+	}
+}
+
+// Remove implements Index.
+func (x *BlockIndex) Remove(instance string, keys []uint64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if id, ok := x.byName[instance]; ok {
+		x.remove(id, keys)
+	}
+}
+
+func (x *BlockIndex) remove(id uint16, keys []uint64) {
+	for _, k := range keys {
+		i := x.findIdx(k)
+		if i == 0 {
+			continue
+		}
+		e := x.at(i)
+		if x.delHolder(e, id) {
+			x.entries--
+			x.blocks[id]--
+			if e.n == 0 {
+				x.dropKey(i)
+			}
+		}
+	}
+}
+
+// RemoveInstance implements Index. The instance disappears from lookups at once; its
+// entries are then swept in chunks of the arena, releasing the lock between chunks.
+func (x *BlockIndex) RemoveInstance(instance string) {
+	x.mu.Lock()
+	id, ok := x.byName[instance]
+	if !ok {
+		x.mu.Unlock()
+		return
+	}
+	delete(x.byName, instance)
+	x.live[id] = false
+	x.mu.Unlock()
+
+	for start := uint32(1); ; start += sweepChunk {
+		x.mu.Lock()
+		if start >= x.used || x.blocks[id] == 0 {
+			x.mu.Unlock()
+			break
+		}
+		end := min(start+sweepChunk, x.used)
+		for i := start; i < end && x.blocks[id] > 0; i++ {
+			e := x.at(i)
+			if e.n == 0 {
+				continue
+			}
+			if x.delHolder(e, id) {
+				x.entries--
+				x.blocks[id]--
+				if e.n == 0 {
+					x.dropKey(i)
+				}
+			}
+		}
+		x.mu.Unlock()
+	}
+
+	x.mu.Lock()
+	x.blocks[id] = 0
+	x.names[id] = ""
+	x.freeIDs = append(x.freeIDs, id)
+	x.mu.Unlock()
+}
+
+// Apply implements Index.
+func (x *BlockIndex) Apply(b *kvroutev1.EventBatch) error {
+	if b == nil {
+		return fmt.Errorf("%w: nil batch", ErrBadBatch)
+	}
+	if b.Cleared {
+		x.RemoveInstance(b.Instance)
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	id, err := x.idFor(b.Instance)
+	if err != nil {
+		return err
+	}
+	x.remove(id, b.Removed)
+	for _, s := range b.Stored {
+		x.store(id, s.Keys)
+	}
+	return nil
+}
+
+// Lookup implements Index.
+func (x *BlockIndex) Lookup(keys []uint64, dst []Match) []Match {
+	if len(keys) == 0 {
+		return dst
+	}
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	i := x.findIdx(keys[0])
+	if i == 0 {
+		return dst
+	}
+	bp := x.scratch.Get().(*[]uint16)
+	act := x.appendLive((*bp)[:0], x.at(i))
+	start := len(dst)
+	d := 1
+	for ; d < len(keys) && len(act) > 0; d++ {
+		i = x.findIdx(keys[d])
+		if i == 0 {
+			break
+		}
+		e := x.at(i)
+		k := 0
+		for _, id := range act {
+			if x.has(e, id) {
+				act[k] = id
+				k++
+			} else {
+				dst = append(dst, Match{Instance: x.names[id], Blocks: d})
+			}
+		}
+		act = act[:k]
+	}
+	for _, id := range act {
+		dst = append(dst, Match{Instance: x.names[id], Blocks: d})
+	}
+	slices.Reverse(dst[start:])
+	*bp = act[:0]
+	x.scratch.Put(bp)
+	return dst
+}
+
+// Blocks implements Index.
+func (x *BlockIndex) Blocks(instance string) int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if id, ok := x.byName[instance]; ok {
+		return x.blocks[id]
+	}
+	return 0
+}
+
+// InstanceKeys implements Index.
+func (x *BlockIndex) InstanceKeys(instance string, dst []uint64) []uint64 {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	id, ok := x.byName[instance]
+	if !ok {
+		return dst
+	}
+	start := len(dst)
+	for i := uint32(1); i < x.used; i++ {
+		if e := x.at(i); e.n != 0 && x.has(e, id) {
+			dst = append(dst, e.key)
+		}
+	}
+	slices.Sort(dst[start:])
+	return dst
+}
+
+// Stats implements Index.
+func (x *BlockIndex) Stats() IndexStats {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return IndexStats{Keys: x.keys, Entries: x.entries, Instances: len(x.byName), Evictions: x.evictions, MaxKeys: x.maxKeys}
+}

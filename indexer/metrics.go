@@ -1,0 +1,110 @@
+package indexer
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	kvroutev1 "github.com/kvroute/kvroute/proto/kvroute/v1"
+)
+
+// Instrumented is an Index decorator that exports the index's metrics on a registry:
+// kvroute_index_keys, kvroute_index_entries and kvroute_index_evictions_total (read from
+// Stats at scrape time), kvroute_index_events_applied_total (keys stored or removed
+// through Store, Remove and Apply) and kvroute_index_lookup_duration_seconds.
+type Instrumented struct {
+	Index
+	applied prometheus.Counter
+	lookup  prometheus.Histogram
+	lookups atomic.Uint64
+	events  atomic.Uint64
+}
+
+var _ Index = (*Instrumented)(nil)
+
+// NewInstrumented wraps idx and registers its metrics on reg.
+func NewInstrumented(idx Index, reg prometheus.Registerer) (*Instrumented, error) {
+	m := &Instrumented{
+		Index: idx,
+		applied: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvroute_index_events_applied_total",
+			Help: "Block events (keys stored or removed) applied to the index.",
+		}),
+		lookup: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kvroute_index_lookup_duration_seconds",
+			Help:    "Time of one index lookup of a request's key chain.",
+			Buckets: []float64{250e-9, 500e-9, 1e-6, 2e-6, 5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 1e-3},
+		}),
+	}
+	cs := []prometheus.Collector{
+		m.applied, m.lookup,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "kvroute_index_keys",
+			Help: "Distinct block keys in the index.",
+		}, func() float64 { return float64(idx.Stats().Keys) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "kvroute_index_entries",
+			Help: "(key, instance) pairs in the index.",
+		}, func() float64 { return float64(idx.Stats().Entries) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "kvroute_index_evictions_total",
+			Help: "Keys evicted (least recently touched first) to stay within --max-keys.",
+		}, func() float64 { return float64(idx.Stats().Evictions) }),
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("indexer: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Store implements Index.
+func (m *Instrumented) Store(instance string, keys []uint64) error {
+	if err := m.Index.Store(instance, keys); err != nil {
+		return err
+	}
+	m.count(len(keys))
+	return nil
+}
+
+// Remove implements Index.
+func (m *Instrumented) Remove(instance string, keys []uint64) {
+	m.Index.Remove(instance, keys)
+	m.count(len(keys))
+}
+
+// Apply implements Index.
+func (m *Instrumented) Apply(b *kvroutev1.EventBatch) error {
+	if err := m.Index.Apply(b); err != nil {
+		return err
+	}
+	n := len(b.Removed)
+	for _, s := range b.Stored {
+		n += len(s.Keys)
+	}
+	m.count(n)
+	return nil
+}
+
+func (m *Instrumented) count(n int) {
+	m.events.Add(uint64(n))
+	m.applied.Add(float64(n))
+}
+
+// Lookup implements Index, timing each call.
+func (m *Instrumented) Lookup(keys []uint64, dst []Match) []Match {
+	start := time.Now()
+	dst = m.Index.Lookup(keys, dst)
+	m.lookup.Observe(time.Since(start).Seconds())
+	m.lookups.Add(1)
+	return dst
+}
+
+// Lookups returns how many lookups ran through the decorator.
+func (m *Instrumented) Lookups() uint64 { return m.lookups.Load() }
+
+// EventsApplied returns how many block events ran through the decorator.
+func (m *Instrumented) EventsApplied() uint64 { return m.events.Load() }
