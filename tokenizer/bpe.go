@@ -29,7 +29,7 @@ func pairKey(a, b uint32) uint64 { return uint64(a)<<32 | uint64(b) }
 type bpeJSON struct {
 	Type                    string            `json:"type"`
 	Vocab                   map[string]uint32 `json:"vocab"`
-	Merges                  []json.RawMessage `json:"merges"`
+	Merges                  json.RawMessage   `json:"merges"`
 	Dropout                 *float64          `json:"dropout"`
 	UNKToken                *string           `json:"unk_token"`
 	ContinuingSubwordPrefix *string           `json:"continuing_subword_prefix"`
@@ -63,7 +63,6 @@ func parseBPE(raw json.RawMessage) (*bpeModel, error) {
 	}
 	m := &bpeModel{
 		vocab:        make(map[string]uint32, len(j.Vocab)),
-		merges:       make(map[uint64]merge, len(j.Merges)),
 		ignoreMerges: j.IgnoreMerges,
 		tokens:       make(map[uint32]string, len(j.Vocab)),
 	}
@@ -82,11 +81,13 @@ func parseBPE(raw json.RawMessage) (*bpeModel, error) {
 			m.hasByte[raw[0]] = true
 		}
 	}
-	for rank, rm := range j.Merges {
-		left, right, err := parseMerge(rm)
-		if err != nil {
-			return nil, fmt.Errorf("model BPE merge %d: %w", rank, err)
-		}
+	merges, err := parseMerges(j.Merges)
+	if err != nil {
+		return nil, fmt.Errorf("model BPE: %w", err)
+	}
+	m.merges = make(map[uint64]merge, len(merges))
+	for rank, mg := range merges {
+		left, right := mg[0], mg[1]
 		lid, lok := j.Vocab[left]
 		rid, rok := j.Vocab[right]
 		nid, nok := j.Vocab[left+right]
@@ -101,21 +102,35 @@ func parseBPE(raw json.RawMessage) (*bpeModel, error) {
 	return m, nil
 }
 
-// parseMerge reads a merge in either the "a b" or the ["a", "b"] form.
-func parseMerge(raw json.RawMessage) (string, string, error) {
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		left, right, ok := strings.Cut(s, " ")
-		if !ok {
-			return "", "", fmt.Errorf("merge %q has no space", s)
+// parseMerges reads the merges in either the "a b" or the ["a", "b"] form.
+func parseMerges(raw json.RawMessage) ([][2]string, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var flat []string
+	if err := json.Unmarshal(raw, &flat); err == nil {
+		out := make([][2]string, len(flat))
+		for i, s := range flat {
+			left, right, ok := strings.Cut(s, " ")
+			if !ok {
+				return nil, fmt.Errorf("merge %d %q has no space", i, s)
+			}
+			out[i] = [2]string{left, right}
 		}
-		return left, right, nil
+		return out, nil
 	}
-	var pair []string
-	if err := json.Unmarshal(raw, &pair); err != nil || len(pair) != 2 {
-		return "", "", fmt.Errorf("merge %s is neither \"a b\" nor [\"a\",\"b\"]", truncateForError(string(raw)))
+	var pairs [][]string
+	if err := json.Unmarshal(raw, &pairs); err != nil {
+		return nil, fmt.Errorf("merges are neither \"a b\" strings nor [\"a\",\"b\"] pairs: %v", err)
 	}
-	return pair[0], pair[1], nil
+	out := make([][2]string, len(pairs))
+	for i, p := range pairs {
+		if len(p) != 2 {
+			return nil, fmt.Errorf("merge %d has %d parts", i, len(p))
+		}
+		out[i] = [2]string{p[0], p[1]}
+	}
+	return out, nil
 }
 
 // encodeWord appends the ids of one pre-token (raw bytes) to dst. work is scratch.
