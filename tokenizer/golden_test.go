@@ -140,7 +140,9 @@ func runGolden(m *Model, cases []goldenCase) []string {
 	return fails
 }
 
-func equalIDs(a, b []uint32) bool { return len(a) == len(b) && (len(a) == 0 || reflect.DeepEqual(a, b)) }
+func equalIDs(a, b []uint32) bool {
+	return len(a) == len(b) && (len(a) == 0 || reflect.DeepEqual(a, b))
+}
 
 func firstDiff(a, b []uint32) int {
 	for i := range min(len(a), len(b)) {
