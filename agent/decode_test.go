@@ -64,7 +64,7 @@ func TestDecodeVectors(t *testing.T) {
 			{Kind: KindAllBlocksCleared, ExtraFrom: -1}}},
 		"V3": {HasDPRank: true, Events: []Event{{Kind: KindBlockStored, Hashes: []uint64{h1}, Parent: h0, HasParent: true,
 			Tokens: tok18[4:], BlockSize: 4, ExtraFrom: -1}}},
-		"V3min": {Events: []Event{{Kind: KindBlockStored, Hashes: []uint64{h0}, Tokens: tok18[:4], BlockSize: 4, ExtraFrom: -1}}},
+		"V3min":   {Events: []Event{{Kind: KindBlockStored, Hashes: []uint64{h0}, Tokens: tok18[:4], BlockSize: 4, ExtraFrom: -1}}},
 		"V4bytes": {HasDPRank: true, Events: []Event{{Kind: KindBlockRemoved, Hashes: []uint64{h1}, ExtraFrom: -1}}},
 	}
 	if len(vec) != len(want) {
