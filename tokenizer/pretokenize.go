@@ -199,8 +199,14 @@ func parsePreTokenizer(raw json.RawMessage, p *preTokenizer) error {
 	}
 }
 
-// newSplitter returns a splitter for pattern.
-func newSplitter(pattern string, _ bool) (splitter, error) {
+// newSplitter returns the fastest exact splitter for pattern: a hand-written
+// one for the patterns of the supported model families, else a regexp2 one.
+func newSplitter(pattern string, removed bool) (splitter, error) {
+	if !removed {
+		if sp := knownSplitter(pattern); sp != nil {
+			return sp, nil
+		}
+	}
 	return newRegexSplitter(pattern)
 }
 
