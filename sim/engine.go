@@ -238,6 +238,8 @@ func (e *engine) run(ctx context.Context) {
 			continue
 		}
 		e.simNow = e.stepStartSim + dur
+		// Until the next step starts, an arrival happens at the end of this one.
+		e.stepStartWall, e.stepStartSim, e.stepDur = time.Now(), e.simNow, 0
 		e.m.stepDone(dur, len(e.sched))
 		e.finishStep()
 		e.flushEvents()

@@ -3,6 +3,8 @@ package sim
 import (
 	"context"
 	"errors"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"testing"
 	"time"
 )
@@ -55,3 +57,24 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
+
+func counterValue(t *testing.T, c prometheus.Collector) float64 {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 16)
+	c.Collect(ch)
+	close(ch)
+	var sum float64
+	for m := range ch {
+		var d dto.Metric
+		if err := m.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case d.Counter != nil:
+			sum += d.Counter.GetValue()
+		case d.Gauge != nil:
+			sum += d.Gauge.GetValue()
+		}
+	}
+	return sum
+}
