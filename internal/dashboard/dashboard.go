@@ -1,7 +1,8 @@
 // Package dashboard serves kvroute's live dashboard: an embedded single-page UI at
-// /dashboard/ and the JSON API it reads, /api/stats. It samples a Source at a fixed
-// interval and keeps a bounded history, so the page can draw curves (warm-up of new
-// instances, hit rate, TTFT tails) without a metrics backend.
+// /dashboard/ and the JSON history it reads, /api/history. It samples a Source (the
+// router's /api/stats snapshot, adapted by the caller) at a fixed interval and keeps a
+// bounded history, so the page can draw curves (warm-up of new instances, hit rate,
+// TTFT tails) without a metrics backend.
 //
 // The package only formats and remembers what its Source reports; it computes no routing
 // figures itself and must not reach into the router or the index.
@@ -73,7 +74,7 @@ type point struct {
 	Instances map[string]InstanceSample `json:"instances"`
 }
 
-// Stats is the /api/stats document: the latest sample plus the history.
+// Stats is the /api/history document: the latest sample plus the history.
 type Stats struct {
 	Sample
 	History []point `json:"history"`
@@ -177,13 +178,14 @@ func (d *Dashboard) Stats() Stats {
 	return st
 }
 
-// Handler serves GET /dashboard/ (the UI) and GET /api/stats (JSON). Mount it at "/".
+// Handler serves GET /dashboard/ (the UI) and GET /api/history (JSON). Mount it at
+// "/dashboard/" and "/api/history", or at "/" on a mux of its own.
 func (d *Dashboard) Handler() http.Handler {
 	mux := http.NewServeMux()
 	sub, _ := fs.Sub(assets, "assets")
 	mux.Handle("GET /dashboard/", http.StripPrefix("/dashboard/", http.FileServerFS(sub)))
 	mux.Handle("GET /dashboard", http.RedirectHandler("/dashboard/", http.StatusMovedPermanently))
-	mux.HandleFunc("GET /api/stats", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /api/history", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		_ = json.NewEncoder(w).Encode(d.Stats())

@@ -76,7 +76,7 @@ func TestHandlerServesUIAndAPI(t *testing.T) {
 			t.Fatalf("%s: %d", asset, resp.StatusCode)
 		}
 	}
-	resp, body = get("/api/stats")
+	resp, body = get("/api/history")
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("api: %d", resp.StatusCode)
 	}

@@ -1,4 +1,4 @@
-// kvroute dashboard: polls ../api/stats and draws SVG line charts. No external assets.
+// kvroute dashboard: polls ../api/history and draws SVG line charts. No external assets.
 "use strict";
 const PALETTE = ["#56b4e9", "#e69f00", "#009e73", "#f0e442", "#cc79a7", "#d55e00", "#0072b2", "#999999",
   "#a6d854", "#fc8d62", "#8da0cb", "#e78ac3"];
@@ -129,7 +129,7 @@ function render(data) {
 async function poll() {
   const status = document.getElementById("status");
   try {
-    const r = await fetch("../api/stats", { cache: "no-store" });
+    const r = await fetch("../api/history", { cache: "no-store" });
     if (!r.ok) throw new Error("HTTP " + r.status);
     const data = await r.json();
     render(data);
