@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"sort"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -22,6 +23,7 @@ type addedToken struct {
 type addedMatcher struct {
 	byFirst [256][]*addedToken // candidates by first byte, longest first
 	any     bool
+	firsts  string // the distinct first bytes, for a fast skip to the next candidate
 }
 
 func newAddedMatcher(tokens []*addedToken) *addedMatcher {
@@ -34,6 +36,9 @@ func newAddedMatcher(tokens []*addedToken) *addedMatcher {
 		m.any = true
 	}
 	for i := range m.byFirst {
+		if len(m.byFirst[i]) > 0 {
+			m.firsts += string(rune(i))
+		}
 		sort.SliceStable(m.byFirst[i], func(a, b int) bool {
 			return len(m.byFirst[i][a].content) > len(m.byFirst[i][b].content)
 		})
@@ -56,7 +61,11 @@ func (m *addedMatcher) split(dst []segment, s string) []segment {
 	for i := 0; i < len(s); {
 		cands := m.byFirst[s[i]]
 		if len(cands) == 0 {
-			i++
+			next := m.nextCandidate(s[i+1:])
+			if next < 0 {
+				break
+			}
+			i += 1 + next
 			continue
 		}
 		var hit *addedToken
@@ -121,4 +130,22 @@ func isWordBoundaryAfter(s string, i int) bool {
 	}
 	r, _ := utf8.DecodeRuneInString(s[i:])
 	return !isWordRune(r)
+}
+
+// nextCandidate returns the index in s of the next byte that starts an added
+// token, or -1. With ASCII first bytes (every known model) it uses the vectorized
+// strings.IndexByte / IndexAny.
+func (m *addedMatcher) nextCandidate(s string) int {
+	if len(m.firsts) == 1 {
+		return strings.IndexByte(s, m.firsts[0])
+	}
+	if len(m.firsts) == len([]rune(m.firsts)) { // all ASCII
+		return strings.IndexAny(s, m.firsts)
+	}
+	for i := 0; i < len(s); i++ {
+		if len(m.byFirst[s[i]]) > 0 {
+			return i
+		}
+	}
+	return -1
 }

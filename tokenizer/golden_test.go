@@ -30,7 +30,9 @@ type goldenCase struct {
 	Prompt              string          `json:"prompt"`
 }
 
-func readGolden(t *testing.T, name string) []goldenCase {
+func readGolden(t *testing.T, name string) []goldenCase { return readGoldenTB(t, name) }
+
+func readGoldenTB(t testing.TB, name string) []goldenCase {
 	t.Helper()
 	f, err := os.Open(filepath.Join("testdata", "golden", name+".jsonl.gz"))
 	if err != nil {

@@ -79,7 +79,7 @@ func runOf(s string, i int, cls uint8) int {
 }
 
 // contraction returns the length of a contraction ('s 't 're 've 'm 'll 'd) at
-// s[i] (which is '\”), or 0. fold makes it case-insensitive under Unicode simple
+// s[i] (an apostrophe), or 0. fold makes it case-insensitive under Unicode simple
 // case folding, where the only non-ASCII letter folding into the set is 'ſ'.
 func contraction(s string, i int, fold bool) int {
 	if i+1 >= len(s) {
