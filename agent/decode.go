@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -122,6 +123,7 @@ const maxInterned = 4096
 // does not allocate in the steady state when decoding into a reused Batch.
 type Decoder struct {
 	r       bytes.Reader
+	payload []byte
 	dec     *msgpack.Decoder
 	scratch []byte
 	strs    map[string]string
@@ -138,6 +140,7 @@ func NewDecoder() *Decoder {
 // batch that must not be applied; the error wraps ErrDecode.
 func (d *Decoder) Decode(payload []byte, b *Batch) error {
 	b.reset()
+	d.payload = payload
 	d.r.Reset(payload)
 	d.dec.ResetReader(&d.r)
 	if err := d.batch(b); err != nil {
@@ -432,6 +435,9 @@ func (d *Decoder) hash() (uint64, bool, error) {
 		copy(full[8-len(b):], b)
 		return binary.BigEndian.Uint64(full[:]), true, nil
 	case msgpcode.IsFixedNum(c) || c >= msgpcode.Uint8 && c <= msgpcode.Int64:
+		if v, ok := d.fastUint(); ok {
+			return v, true, nil
+		}
 		v, err := d.dec.DecodeUint64()
 		return v, true, err
 	}
@@ -447,16 +453,52 @@ func (d *Decoder) tokens(e *Event) error {
 		return err
 	}
 	for i := 0; i < n; i++ {
-		v, err := d.dec.DecodeInt64()
-		if err != nil {
-			return err
+		v, ok := d.fastUint()
+		if !ok {
+			iv, err := d.dec.DecodeInt64()
+			if err != nil {
+				return err
+			}
+			if iv < 0 {
+				return fmt.Errorf("token id %d out of range", iv)
+			}
+			v = uint64(iv)
 		}
-		if v < 0 || v > math.MaxUint32 {
+		if v > math.MaxUint32 {
 			return fmt.Errorf("token id %d out of range", v)
 		}
 		e.Tokens = append(e.Tokens, uint32(v))
 	}
 	return nil
+}
+
+// fastUint reads a non-negative msgpack integer straight from the payload slice (the
+// hot path of token ids and hashes); ok is false, with nothing consumed, for any other
+// code, which the caller then hands to the msgpack Decoder.
+func (d *Decoder) fastUint() (uint64, bool) {
+	pos := len(d.payload) - d.r.Len()
+	p := d.payload[pos:]
+	if len(p) == 0 {
+		return 0, false
+	}
+	var v uint64
+	n := 1
+	switch c := p[0]; {
+	case c <= 0x7f:
+		v = uint64(c)
+	case c == msgpcode.Uint8 && len(p) >= 2:
+		v, n = uint64(p[1]), 2
+	case c == msgpcode.Uint16 && len(p) >= 3:
+		v, n = uint64(binary.BigEndian.Uint16(p[1:])), 3
+	case c == msgpcode.Uint32 && len(p) >= 5:
+		v, n = uint64(binary.BigEndian.Uint32(p[1:])), 5
+	case c == msgpcode.Uint64 && len(p) >= 9:
+		v, n = binary.BigEndian.Uint64(p[1:]), 9
+	default:
+		return 0, false
+	}
+	_, _ = d.r.Seek(int64(pos+n), io.SeekStart)
+	return v, true
 }
 
 // smallInt reads an int or nil (0) that must fit in an int32.
