@@ -351,9 +351,9 @@ func checkEngines(b *bundle) []error {
 				continue
 			}
 			want := map[string]string{
-				"zmq-endpoint":    "tcp://127.0.0.1:" + pubPort,
-				"replay-endpoint": "tcp://127.0.0.1:" + replayPort,
-				"topic":           cfg.Topic,
+				"zmq-endpoint":        "tcp://127.0.0.1:" + pubPort,
+				"zmq-replay-endpoint": "tcp://127.0.0.1:" + replayPort,
+				"topic":               cfg.Topic,
 			}
 			for _, f := range sortedKeys(want) {
 				if got := agent.flags[f]; got != want[f] && !(f == "topic" && got == "" && cfg.Topic == "") {

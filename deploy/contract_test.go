@@ -124,8 +124,8 @@ var commonFlags = []string{
 	"nats-tls-key", "nats-embedded-host", "nats-embedded-port",
 }
 
-// subcommandFlags are the flags of the subcommands the manifests run, from the issues' and the
-// contract's texts. cmd/kvroute is package main, so its cobra tree cannot be imported here;
+// subcommandFlags are the flags of the subcommands the manifests run: the agent's from its
+// --help, the router's and the indexer's from the issues' texts (not built yet). cmd/kvroute is package main, so its cobra tree cannot be imported here;
 // TestManifestFlagsExistInBinary (not in -short) builds the binary and checks the real --help.
 var subcommandFlags = map[string][]string{
 	"router": {
@@ -133,8 +133,10 @@ var subcommandFlags = map[string][]string{
 		"group-header", "min-match-tokens", "pending-ttl", "debug-headers",
 	},
 	"agent": {
-		"engine-url", "zmq-endpoint", "zmq-bind", "replay-endpoint", "topic", "dp-rank", "instance-id",
-		"model", "block-size", "heartbeat-interval",
+		// as `kvroute agent --help` lists them (agent landed)
+		"engine-url", "zmq-endpoint", "zmq-bind", "zmq-replay-endpoint", "topic", "dp-rank", "instance-id",
+		"model", "block-size", "heartbeat-interval", "coalesce-window", "engine-timeout", "min-resync-interval",
+		"models-refresh-interval", "replay-timeout", "snapshot-chunk-keys",
 	},
 	"indexer": {"max-keys", "instance-ttl"},
 }
