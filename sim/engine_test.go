@@ -89,9 +89,11 @@ func TestTTFTGrowsWithTheQueue(t *testing.T) {
 	if !(ttfts[0] < ttfts[1] && ttfts[1] < ttfts[2]) {
 		t.Fatalf("queued TTFTs do not grow: %v", ttfts)
 	}
-	// The second waits for the first's 300 tokens, the third for the second's 10.
-	if ttfts[1] < 299*cfg.Cost.StepBase || ttfts[2]-ttfts[1] < 9*cfg.Cost.StepBase {
-		t.Fatalf("queue waits too short: TTFTs %v", ttfts)
+	// In simulated time, the second's first token comes after the first's 300 tokens,
+	// the third's after the second's 10.
+	first := func(i int) time.Duration { return reqs[i].arrivalSim + ttfts[i] }
+	if first(1)-first(0) < 299*cfg.Cost.StepBase || first(2)-first(1) < 9*cfg.Cost.StepBase {
+		t.Fatalf("queue waits too short: TTFTs %v, first tokens at %v %v %v", ttfts, first(0), first(1), first(2))
 	}
 }
 

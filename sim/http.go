@@ -283,27 +283,33 @@ func (p *responder) stream(ctx context.Context, cut bool) {
 	}
 	sent := 0
 	for {
-		if snap.out > sent {
-			text := p.words(sent, snap.out)
+		upto := snap.out
+		if cut {
+			upto = min(upto, cutAt)
+		}
+		if upto > sent {
+			text := p.words(sent, upto)
 			choice := map[string]any{"index": 0, "logprobs": nil, "finish_reason": nil}
 			if p.chat {
 				choice["delta"] = map[string]any{"content": text}
 			} else {
 				choice["text"] = text
 			}
-			if snap.done && snap.err == nil {
+			if snap.done && snap.err == nil && upto == snap.out {
 				choice["finish_reason"] = "length"
 				choice["stop_reason"] = nil
 			}
 			_, _ = p.w.Write(p.chunk(choice, nil))
-			sent = snap.out
+			sent = upto
 			if flusher != nil {
 				flusher.Flush()
 			}
 		}
-		if cut && sent >= cutAt && !snap.done {
+		if cut && sent >= cutAt && sent < p.r.maxOut {
 			p.s.m.injected()
-			p.s.eng.cancel(p.r)
+			if !snap.done {
+				p.s.eng.cancel(p.r)
+			}
 			panic(http.ErrAbortHandler) // drop the connection mid-stream
 		}
 		if snap.done {

@@ -162,6 +162,13 @@ func (p *publisher) publish(payload []byte, f *Faults, rng *rand.Rand) {
 	p.m.batchPublished()
 }
 
+// nextSeq is the sequence number the next batch gets.
+func (p *publisher) nextSeq() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.seq
+}
+
 // restart forgets the history: the next batch is seq 0 again.
 func (p *publisher) restart() {
 	p.mu.Lock()
