@@ -40,16 +40,12 @@ type bpeJSON struct {
 }
 
 func parseBPE(raw json.RawMessage) (*bpeModel, error) {
-	typ, err := componentType(raw)
-	if err != nil {
-		return nil, fmt.Errorf("model: %w", err)
-	}
-	if typ != "BPE" && typ != "" {
-		return nil, fmt.Errorf("%w: model %q (only byte-level BPE is supported)", ErrUnsupported, typ)
-	}
 	var j bpeJSON
 	if err := json.Unmarshal(raw, &j); err != nil {
-		return nil, fmt.Errorf("model BPE: %w", err)
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	if j.Type != "BPE" && j.Type != "" {
+		return nil, fmt.Errorf("%w: model %q (only byte-level BPE is supported)", ErrUnsupported, j.Type)
 	}
 	switch {
 	case j.Dropout != nil && *j.Dropout != 0:
