@@ -42,6 +42,9 @@ type bpeJSON struct {
 func parseBPE(raw json.RawMessage) (*bpeModel, error) {
 	var j bpeJSON
 	if err := json.Unmarshal(raw, &j); err != nil {
+		if typ, _ := componentType(raw); typ != "BPE" && typ != "" {
+			return nil, fmt.Errorf("%w: model %q (only byte-level BPE is supported)", ErrUnsupported, typ)
+		}
 		return nil, fmt.Errorf("model: %w", err)
 	}
 	if j.Type != "BPE" && j.Type != "" {
