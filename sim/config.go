@@ -157,6 +157,9 @@ func (c *Config) Validate() error {
 		if err := checkEndpoint(c.KVEventsEndpoint); err != nil {
 			return bad("KVEventsEndpoint: %v", err)
 		}
+		if !bindEndpoint(c.KVEventsEndpoint) && strings.HasSuffix(c.KVEventsEndpoint, ":0") {
+			return bad("KVEventsEndpoint %q: without '*' the sim connects (like vLLM), and port 0 cannot be dialed; use tcp://HOST:* to bind a free port", c.KVEventsEndpoint)
+		}
 		if c.KVEventsReplayEndpoint != "" {
 			if err := checkEndpoint(c.KVEventsReplayEndpoint); err != nil {
 				return bad("KVEventsReplayEndpoint: %v", err)
