@@ -122,6 +122,10 @@ func (s *Server) handleCompletion(w http.ResponseWriter, hr *http.Request) {
 		openai.WriteError(w, err)
 		return
 	}
+	if req.BatchSize > 1 {
+		openai.WriteError(w, openai.BadRequest("prompt", "the simulator serves one prompt per request; send the prompts of a batch as separate requests"))
+		return
+	}
 	failStatus, cut := s.eng.drawFaults()
 	if failStatus != 0 {
 		s.m.injected()

@@ -98,6 +98,7 @@ func TestHTTPTokenIDCompletions(t *testing.T) {
 		{`{"model":"Qwen/Qwen3-0.6B","prompt":"text needs a tokenizer"}`, "BadRequestError", 400},
 		{`{"model":"Qwen/Qwen3-0.6B"}`, "invalid_request_error", 400},
 		{`not json`, "", 400},
+		{`{"model":"Qwen/Qwen3-0.6B","prompt":[[1,2],[3,4]]}`, "invalid_request_error", 400},
 	} {
 		resp, b := post(t, s.URL()+"/v1/completions", tc.body)
 		var e apiErr
