@@ -9,11 +9,15 @@ import (
 	"time"
 )
 
+// activeFailuresDown consecutive failed active checks mark an instance down.
+const activeFailuresDown = 2
+
 // health is one instance's availability: the last active check, and passive failure
 // counting that ejects the instance for a cooldown after EjectFailures failures within
 // EjectWindow.
 type health struct {
 	activeOK     atomic.Bool
+	activeFails  atomic.Int32 // consecutive failed active checks
 	ejectedUntil atomic.Int64 // unix nanoseconds; 0 = not ejected
 
 	mu       sync.Mutex
@@ -64,23 +68,32 @@ func (r *Router) checkHealth(ctx context.Context, in *instance) {
 	if ctx.Err() != nil && r.ctx.Err() != nil {
 		return // shutting down, not the instance's fault
 	}
-	was := in.health.activeOK.Swap(ok)
 	if !ok {
 		r.metrics.upstreamErrors.WithLabelValues(in.id, "health").Inc()
-		if was {
-			r.log.Warn("instance failed its health check", "instance", in.id, "err", errString(err, resp))
+		// Two consecutive failures take the instance out until a check passes; one slow
+		// answer on a busy host does not.
+		if in.health.activeFails.Add(1) >= activeFailuresDown && in.health.activeOK.Swap(false) {
+			r.log.Warn("instance failed its health checks", "instance", in.id, "err", errString(err, resp))
 		}
-		r.noteFailure(in, "health")
-	} else if !was {
+		return
+	}
+	in.health.activeFails.Store(0)
+	if !in.health.activeOK.Swap(true) {
 		r.log.Info("instance passed its health check again", "instance", in.id)
 	}
 }
 
-// healthLoop checks every known instance each HealthInterval.
+// healthLoop checks every known instance each HealthInterval, the first time one
+// interval after Start (a new instance starts out healthy).
 func (r *Router) healthLoop(ctx context.Context) {
 	t := time.NewTicker(r.cfg.HealthInterval)
 	defer t.Stop()
 	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 		f := r.fleet.Load()
 		var wg sync.WaitGroup
 		for _, in := range f.list {
@@ -88,15 +101,10 @@ func (r *Router) healthLoop(ctx context.Context) {
 			go func() { defer wg.Done(); r.checkHealth(ctx, in) }()
 		}
 		wg.Wait()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
 	}
 }
 
-// noteFailure counts a failure of in (connection error, 5xx, broken stream, failed check)
+// noteFailure counts a passive failure of in (connection error, 5xx, broken stream)
 // and ejects it when it crosses the threshold.
 func (r *Router) noteFailure(in *instance, kind string) {
 	if in.health.fail(time.Now().UnixNano(), &r.cfg) {

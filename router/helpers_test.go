@@ -373,3 +373,12 @@ func families(t *testing.T, reg *prometheus.Registry, name string) int {
 	}
 	return 0
 }
+
+func containsAll(s string, subs ...string) bool {
+	for _, x := range subs {
+		if !strings.Contains(s, x) {
+			return false
+		}
+	}
+	return true
+}

@@ -222,6 +222,9 @@ func drain(resp *http.Response) {
 // retarget drops the chosen candidate and asks the policy again; false when none is left.
 func (r *Router) retarget(d *decision) bool {
 	st := d.st
+	if len(st.cands) < 2 {
+		return false
+	}
 	i := d.chosen
 	last := len(st.cands) - 1
 	st.cands[i], st.cands[last] = st.cands[last], st.cands[i]
@@ -233,9 +236,6 @@ func (r *Router) retarget(d *decision) bool {
 	if len(st.runs) > last {
 		st.runs[i], st.runs[last] = st.runs[last], st.runs[i]
 		st.runs = st.runs[:last]
-	}
-	if len(st.cands) == 0 {
-		return false
 	}
 	d.chosen, d.why = r.policy.Select(&d.info, st.cands)
 	if d.chosen < 0 {

@@ -1,0 +1,235 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvroute/kvroute/agent"
+	"github.com/kvroute/kvroute/indexer"
+	"github.com/kvroute/kvroute/internal/natsutil"
+	"github.com/kvroute/kvroute/internal/openai"
+	"github.com/kvroute/kvroute/sim"
+)
+
+// stack is the real thing on one machine: an in-process NATS server, simulated engines
+// with their agents, the index and the router.
+type stack struct {
+	nc      *nats.Conn
+	natsURL string
+	sims    []*sim.Server
+	agents  []*agent.Agent
+	index   *indexer.Service
+	router  *Router
+	byID    map[string]*sim.Server
+}
+
+func testLog(t testing.TB) *slog.Logger {
+	lv := slog.LevelWarn
+	if os.Getenv("ROUTER_TEST_DEBUG") != "" {
+		lv = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv})).With("test", t.Name())
+}
+
+func startNATS(t testing.TB) (string, *nats.Conn) {
+	t.Helper()
+	srv, err := natsutil.StartServer(natsutil.ServerConfig{Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := natsutil.Connect(natsutil.ClientConfig{URL: srv.ClientURL(), Name: t.Name(), Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return srv.ClientURL(), nc
+}
+
+func startStack(t *testing.T, engines int, cfg Config) *stack {
+	t.Helper()
+	tok := defaultTok(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	s := &stack{byID: map[string]*sim.Server{}}
+	s.natsURL, s.nc = startNATS(t)
+	for range engines {
+		scfg := sim.DefaultConfig()
+		scfg.NumGPUBlocks = 2048
+		sv, err := sim.New(scfg, tok, prometheus.NewRegistry(), testLog(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sv.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sv.Close() })
+		acfg := agent.DefaultConfig()
+		acfg.EngineURL, acfg.ZMQEndpoint, acfg.ReplayEndpoint = sv.URL(), sv.EventsEndpoint(), sv.ReplayEndpoint()
+		acfg.HeartbeatInterval = 100 * time.Millisecond
+		a, err := agent.New(acfg, s.nc, prometheus.NewRegistry(), testLog(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { defer close(done); _ = a.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		s.sims = append(s.sims, sv)
+		s.agents = append(s.agents, a)
+		s.byID[a.ID()] = sv
+	}
+	icfg := indexer.DefaultConfig()
+	idx, err := indexer.New(icfg, s.nc, prometheus.NewRegistry(), testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := idx.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = idx.Close() })
+	s.index = idx
+	cfg.ListenAddr = "127.0.0.1:0"
+	cfg.DebugHeaders = true
+	cfg.InstanceRefreshInterval = 50 * time.Millisecond
+	r, err := New(cfg, Deps{NATS: s.nc, Index: idx, Tokenizer: tok, Registry: prometheus.NewRegistry(), Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	s.router = r
+	waitFor(t, "router sees every engine", func() bool { return len(r.fleet.Load().list) == engines })
+	return s
+}
+
+// holders returns, for a chat body, the instances the router predicts cache it.
+func holders(t *testing.T, r *Router, body string) map[string]int {
+	t.Helper()
+	req, err := openai.ParseChat([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := r.routeOpenAI(context.Background(), http.Header{}, req, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.release(d.st)
+	out := map[string]int{}
+	for _, c := range d.st.cands {
+		if c.CachedTokens > 0 {
+			out[c.ID] = c.CachedTokens
+		}
+	}
+	return out
+}
+
+// With simulated engines, agents, the index and NATS: a repeated long prefix lands on
+// its holder and the engine's cached_tokens equals the prediction for ≥ 99% of requests;
+// past the threshold the excess goes elsewhere and becomes a second holder; an engine
+// that cuts a stream gives the client an error event and later requests avoid it.
+func TestEndToEndWithSimulators(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ConcurrencyThreshold = 2
+	cfg.EjectFailures = 1
+	cfg.EjectCooldown = time.Minute
+	cfg.HealthTimeout = 5 * time.Second // a loaded CI host answers slowly; only the stream cut may eject
+	s := startStack(t, 3, cfg)
+	r := s.router
+	system := longText(42, 1500)
+	first := post(t, r.URL(), "/v1/chat/completions", chatBody(system, "first question", `,"max_tokens":4`))
+	if first.code != 200 {
+		t.Fatalf("first: %d %s", first.code, first.body)
+	}
+	const n = 60
+	for i := 1; i <= n; i++ {
+		extra := `,"max_tokens":4`
+		if i%2 == 0 {
+			extra += `,"stream":true`
+		}
+		rep := post(t, r.URL(), "/v1/chat/completions", chatBody(system, fmt.Sprintf("question %d, about item %d?", i, i*7), extra))
+		if rep.code != 200 || rep.instance != first.instance || rep.decision != "cache_hit" {
+			t.Fatalf("request %d: %d on %s (%s), want %s by cache_hit: %s", i, rep.code, rep.instance, rep.decision, first.instance, rep.body)
+		}
+	}
+	exact := value(t, r.metrics.predictionMatches.WithLabelValues("exact"))
+	total := exact + value(t, r.metrics.predictionMatches.WithLabelValues("under")) + value(t, r.metrics.predictionMatches.WithLabelValues("over"))
+	if total < n || exact/total < 0.99 {
+		t.Fatalf("engine cached_tokens == prediction for %v of %v requests, want ≥ 99%%", exact, total)
+	}
+	waitFor(t, "index holds the prefix", func() bool { return holders(t, r, chatBody(system, "probe", ""))[first.instance] >= 1400 })
+
+	// Past the threshold: slow the holder down, fill it, and the next request overflows.
+	holder := s.byID[first.instance]
+	if err := holder.SetFaults(sim.Faults{SlowFactor: 40}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rep := post(t, r.URL(), "/v1/chat/completions", chatBody(system, fmt.Sprintf("slow %d", i), `,"max_tokens":16`))
+			if rep.instance != first.instance {
+				t.Errorf("filling request %d went to %s", i, rep.instance)
+			}
+		}()
+	}
+	waitFor(t, "holder at the threshold", func() bool { return r.fleet.Load().byID[first.instance].load() == 2 })
+	over := post(t, r.URL(), "/v1/chat/completions", chatBody(system, "overflowing", `,"max_tokens":4`))
+	if over.code != 200 || over.instance == first.instance || over.decision != "overflow" {
+		t.Fatalf("past the threshold: %d on %s (%s)", over.code, over.instance, over.decision)
+	}
+	wg.Wait()
+	_ = holder.SetFaults(sim.Faults{})
+	waitFor(t, "overflow target is a second holder", func() bool {
+		h := holders(t, r, chatBody(system, "probe", ""))
+		return h[first.instance] > 0 && h[over.instance] > 0
+	})
+
+	// An engine that dies mid-stream: the client gets an SSE error event; later requests
+	// avoid it. The victim is wherever the router would send the request now.
+	cutBody := chatBody(system, "cut me", `,"max_tokens":64,"stream":true`)
+	victimID := nextInstance(t, r, cutBody)
+	if err := s.byID[victimID].SetFaults(sim.Faults{CutStreamFraction: 1}); err != nil {
+		t.Fatal(err)
+	}
+	cut := post(t, r.URL(), "/v1/chat/completions", cutBody)
+	if cut.instance != victimID {
+		t.Fatalf("cut request went to %s, want %s", cut.instance, victimID)
+	}
+	if !containsAll(cut.body, `"error"`, "mid-stream") {
+		t.Fatalf("client got no error event:\n%s", cut.body)
+	}
+	for i := range 6 {
+		rep := post(t, r.URL(), "/v1/chat/completions", chatBody(system, fmt.Sprintf("after %d", i), `,"max_tokens":4,"stream":true`))
+		if rep.code != 200 || rep.instance == victimID || containsAll(rep.body, `"error"`) {
+			t.Fatalf("request %d after the cut: %d on %s\n%s", i, rep.code, rep.instance, rep.body)
+		}
+	}
+}
+
+// nextInstance is where the router would send body now (a dry run: nothing is booked).
+func nextInstance(t *testing.T, r *Router, body string) string {
+	t.Helper()
+	req, err := openai.ParseChat([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := r.routeOpenAI(context.Background(), http.Header{}, req, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.release(d.st)
+	return d.inst().id
+}
