@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -282,20 +283,29 @@ func (d *Driver) send(ctx context.Context, runStart time.Time, r *Request) Sampl
 	return s
 }
 
-// Progress draws a one-line progress bar on a terminal stream (stderr).
+// Progress draws a one-line progress bar on a terminal stream (stderr); on anything
+// that is not a terminal (a log file, CI) it prints a plain line every 10%.
 type Progress struct {
 	mu        sync.Mutex
 	w         io.Writer
+	tty       bool
 	label     string
 	total     int
 	done, bad int
 	start     time.Time
 	last      time.Time
+	lastTenth int
 }
 
 // NewProgress returns a bar for total requests labelled label; w nil disables it.
 func NewProgress(w io.Writer, label string, total int) *Progress {
-	return &Progress{w: w, label: label, total: total, start: time.Now()}
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			tty = true
+		}
+	}
+	return &Progress{w: w, tty: tty, label: label, total: total, start: time.Now()}
 }
 
 // Done records one completed request and redraws at most 5 times a second.
@@ -309,7 +319,18 @@ func (p *Progress) Done(ok bool) {
 	if !ok {
 		p.bad++
 	}
-	if p.w != nil && (time.Since(p.last) >= 200*time.Millisecond || p.done == p.total) {
+	if p.w == nil {
+		return
+	}
+	if !p.tty {
+		if tenth := p.done * 10 / max(p.total, 1); tenth > p.lastTenth {
+			p.lastTenth = tenth
+			p.draw()
+			fmt.Fprintln(p.w)
+		}
+		return
+	}
+	if time.Since(p.last) >= 200*time.Millisecond || p.done == p.total {
 		p.last = time.Now()
 		p.draw()
 	}
@@ -317,7 +338,7 @@ func (p *Progress) Done(ok bool) {
 
 // Finish ends the bar's line.
 func (p *Progress) Finish() {
-	if p == nil || p.w == nil {
+	if p == nil || p.w == nil || !p.tty {
 		return
 	}
 	p.mu.Lock()
@@ -337,6 +358,10 @@ func (p *Progress) draw() {
 	if el > 0 {
 		rate = float64(p.done) / el
 	}
-	fmt.Fprintf(p.w, "\r%-28s [%s%s] %d/%d  %.1f req/s  errors %d ", p.label,
+	cr := "\r"
+	if !p.tty {
+		cr = ""
+	}
+	fmt.Fprintf(p.w, "%s%-28s [%s%s] %d/%d  %.1f req/s  errors %d ", cr, p.label,
 		strings.Repeat("#", filled), strings.Repeat("-", width-filled), p.done, p.total, rate, p.bad)
 }

@@ -53,9 +53,12 @@ type InstanceWarmup struct {
 	// WarmupS is the warm-up time in simulated seconds; null if it never got warm.
 	WarmupS Float `json:"warmup_s"`
 	// Requests it served and its overall hit rate (engine-reported cached tokens / prompt tokens).
-	Requests int     `json:"requests"`
-	HitRate  Float   `json:"hit_rate"`
-	Curve    []Point `json:"curve"`
+	Requests int   `json:"requests"`
+	HitRate  Float `json:"hit_rate"`
+	// IndexWarmupS is the index's own warm-up figure (heartbeat counters, router stats),
+	// in simulated seconds; null if the index did not call it warm.
+	IndexWarmupS Float   `json:"index_warmup_s"`
+	Curve        []Point `json:"curve"`
 }
 
 // PolicyResult is one policy's run of one workload. Times are simulated seconds (client
@@ -340,7 +343,7 @@ func warmups(d runData, window, span time.Duration) ([]InstanceWarmup, Float) {
 	var out []InstanceWarmup
 	for _, id := range names {
 		joined := d.Joined[id]
-		iw := InstanceWarmup{Instance: id, JoinedS: joined.Seconds() / scale, WarmupS: Float(math.NaN())}
+		iw := InstanceWarmup{Instance: id, JoinedS: joined.Seconds() / scale, WarmupS: Float(math.NaN()), IndexWarmupS: Float(math.NaN())}
 		var ends []time.Duration
 		for i := range d.Samples {
 			s := &d.Samples[i]
