@@ -49,8 +49,9 @@ type entry struct {
 	ids [inlineHolders]uint16
 }
 
-// BlockIndex is the in-memory Index: an open-addressing hash table of uint32 arena indices
-// (linear probing, load ≤ 5/8, backward-shift deletion) over a chunked arena of 32-byte
+// BlockIndex is the in-memory Index: an open-addressing hash table of 8-byte slots (a
+// 32-bit hash fingerprint and a 32-bit arena index; linear probing, load ≤ 0.7,
+// backward-shift deletion) over a chunked arena of 32-byte
 // entries, which hold up to four holders inline as 16-bit instance ids and switch to a
 // bitset beyond, and are threaded on an intrusive LRU list for the MaxKeys bound. One
 // RWMutex guards it: lookups share it, writers take it per call (or per sweep chunk).
@@ -68,13 +69,14 @@ type BlockIndex struct {
 	used   uint32 // arena high-water mark (index 0 is the LRU sentinel)
 	free   uint32 // free-list head, linked through entry.next
 
-	slots []uint32
+	slots []uint64 // fingerprint (top 32 bits of the hash) << 32 | arena index
 	bits  uint
 	seed  uint64
 
 	keys      int
 	entries   int
 	evictions uint64
+	sink      uint64 // written by writers only, to keep warm's loads alive
 
 	sets     []uint64
 	freeSets []uint32
@@ -108,7 +110,7 @@ func NewBlockIndex(cfg BlockIndexConfig) (*BlockIndex, error) {
 		words:   (cfg.MaxInstances + 63) / 64,
 		chunks:  [][]entry{make([]entry, chunkSize)},
 		used:    1,
-		slots:   make([]uint32, minSlots),
+		slots:   make([]uint64, minSlots),
 		bits:    uint(bits.TrailingZeros(minSlots)),
 		seed:    rand.Uint64() | 1,
 		byName:  make(map[string]uint16),
@@ -128,26 +130,36 @@ func NewBlockIndex(cfg BlockIndexConfig) (*BlockIndex, error) {
 
 func (x *BlockIndex) at(i uint32) *entry { return &x.chunks[i>>chunkBits][i&(chunkSize-1)] }
 
-func (x *BlockIndex) home(key uint64) uint64 {
-	return ((key ^ x.seed) * 0x9E3779B97F4A7C15) >> (64 - x.bits)
-}
+// hash mixes a key with the index's seed. Its top bits are the slot's home and its top
+// 32 bits the slot's fingerprint, so probing, rehashing and backward-shift deletion never
+// read the arena except to confirm a fingerprint match.
+func (x *BlockIndex) hash(key uint64) uint64 { return (key ^ x.seed) * 0x9E3779B97F4A7C15 }
+
+// slotHome returns the home position of an occupied slot from its fingerprint.
+func (x *BlockIndex) slotHome(s uint64) uint64 { return (s >> 32) >> (32 - x.bits) }
 
 // findIdx returns the arena index of key, 0 if absent.
 func (x *BlockIndex) findIdx(key uint64) uint32 {
+	h := x.hash(key)
+	fp := h >> 32
 	mask := uint64(len(x.slots) - 1)
-	for i := x.home(key); ; i = (i + 1) & mask {
+	for i := h >> (64 - x.bits); ; i = (i + 1) & mask {
 		s := x.slots[i]
-		if s == 0 || x.at(s).key == key {
-			return s
+		if s == 0 {
+			return 0
+		}
+		if s>>32 == fp && x.at(uint32(s)).key == key {
+			return uint32(s)
 		}
 	}
 }
 
-func (x *BlockIndex) placeSlot(slots []uint32, key uint64, idx uint32) {
+// placeSlot puts arena index idx of a key with hash h into slots (2^bits long).
+func placeSlot(slots []uint64, bits uint, h uint64, idx uint32) {
 	mask := uint64(len(slots) - 1)
-	for i := x.home(key); ; i = (i + 1) & mask {
+	for i := h >> (64 - bits); ; i = (i + 1) & mask {
 		if slots[i] == 0 {
-			slots[i] = idx
+			slots[i] = h&^0xFFFFFFFF | uint64(idx)
 			return
 		}
 	}
@@ -155,24 +167,30 @@ func (x *BlockIndex) placeSlot(slots []uint32, key uint64, idx uint32) {
 
 func (x *BlockIndex) growSlots() {
 	old := x.slots
-	x.slots = make([]uint32, 2*len(old))
+	x.slots = make([]uint64, 2*len(old))
 	x.bits++
 	for _, s := range old {
 		if s != 0 {
-			x.placeSlot(x.slots, x.at(s).key, s)
+			placeSlot(x.slots, x.bits, s, uint32(s))
 		}
 	}
 }
 
 // deleteSlot removes key's slot with backward-shift deletion.
 func (x *BlockIndex) deleteSlot(key uint64) {
+	h := x.hash(key)
+	fp := h >> 32
 	mask := uint64(len(x.slots) - 1)
-	i := x.home(key)
-	for x.slots[i] != 0 && x.at(x.slots[i]).key != key {
+	i := h >> (64 - x.bits)
+	for {
+		s := x.slots[i]
+		if s == 0 {
+			return
+		}
+		if s>>32 == fp && x.at(uint32(s)).key == key {
+			break
+		}
 		i = (i + 1) & mask
-	}
-	if x.slots[i] == 0 {
-		return
 	}
 	for {
 		j := i
@@ -182,7 +200,7 @@ func (x *BlockIndex) deleteSlot(key uint64) {
 				x.slots[i] = 0
 				return
 			}
-			k := x.home(x.at(x.slots[j]).key)
+			k := x.slotHome(x.slots[j])
 			// The entry at j may move to i only if its home is not cyclically in (i, j].
 			if i <= j {
 				if i < k && k <= j {
@@ -196,6 +214,27 @@ func (x *BlockIndex) deleteSlot(key uint64) {
 		x.slots[i] = x.slots[j]
 		i = j
 	}
+}
+
+// warmWindow is how many keys ahead the batch operations touch memory.
+const warmWindow = 32
+
+// warm touches the home slot of each key, then the arena entry a slot points at, with
+// branch-free independent loads so that their cache misses overlap instead of being paid
+// one after the other by the dependent probe loops that follow. It returns a value only
+// to keep the loads alive.
+func (x *BlockIndex) warm(keys []uint64) uint64 {
+	var sink uint64
+	slots, shift := x.slots, 64-x.bits
+	for _, k := range keys {
+		sink += slots[x.hash(k)>>shift]
+	}
+	for _, k := range keys {
+		if s := slots[x.hash(k)>>shift]; s != 0 {
+			sink += x.at(uint32(s)).key
+		}
+	}
+	return sink
 }
 
 func (x *BlockIndex) unlink(i uint32) {
@@ -235,10 +274,10 @@ func (x *BlockIndex) newKey(key uint64, id uint16) uint32 {
 		x.used++
 	}
 	*x.at(i) = entry{key: key, n: 1, ids: [inlineHolders]uint16{id, noID, noID, noID}}
-	if (x.keys+1)*8 > len(x.slots)*5 {
+	if (x.keys+1)*10 > len(x.slots)*7 && x.bits < 32 {
 		x.growSlots()
 	}
-	x.placeSlot(x.slots, key, i)
+	placeSlot(x.slots, x.bits, x.hash(key), i)
 	x.linkFront(i)
 	x.keys++
 	x.entries++
@@ -452,7 +491,10 @@ func (x *BlockIndex) Store(instance string, keys []uint64) error {
 }
 
 func (x *BlockIndex) store(id uint16, keys []uint64) {
-	for _, k := range keys {
+	for w, k := range keys {
+		if w%warmWindow == 0 && len(keys) > 1 {
+			x.sink += x.warm(keys[w:min(w+warmWindow, len(keys))])
+		}
 		i := x.findIdx(k)
 		if i == 0 {
 			if x.maxKeys > 0 && x.keys >= x.maxKeys {
@@ -479,7 +521,10 @@ func (x *BlockIndex) Remove(instance string, keys []uint64) {
 }
 
 func (x *BlockIndex) remove(id uint16, keys []uint64) {
-	for _, k := range keys {
+	for w, k := range keys {
+		if w%warmWindow == 0 && len(keys) > 1 {
+			x.sink += x.warm(keys[w:min(w+warmWindow, len(keys))])
+		}
 		i := x.findIdx(k)
 		if i == 0 {
 			continue
@@ -571,15 +616,43 @@ func (x *BlockIndex) Lookup(keys []uint64, dst []Match) []Match {
 		return dst
 	}
 	bp := x.scratch.Get().(*[]uint16)
-	act := x.appendLive((*bp)[:0], x.at(i))
+	e := x.at(i)
+	act := x.appendLive((*bp)[:0], e)
+	// Consecutive blocks of a chain mostly have the same holders: when a key's inline
+	// holders equal the previous key's, nobody drops out and the per-holder checks are skipped.
+	prevIDs, prevInline := e.ids, e.ext == 0
+	slots, shift, mask := x.slots, 64-x.bits, uint64(len(x.slots)-1)
 	start := len(dst)
 	d := 1
+	chunks, seed := x.chunks, x.seed
 	for ; d < len(keys) && len(act) > 0; d++ {
-		i = x.findIdx(keys[d])
+		key := keys[d]
+		h := (key ^ seed) * 0x9E3779B97F4A7C15
+		fp := h >> 32
+		i = 0
+		for j := h >> shift; ; j = (j + 1) & mask {
+			s := slots[j]
+			if s == 0 {
+				break
+			}
+			if s>>32 == fp {
+				if c := &chunks[uint32(s)>>chunkBits][uint32(s)&(chunkSize-1)]; c.key == key {
+					e, i = c, uint32(s)
+					break
+				}
+			}
+		}
 		if i == 0 {
 			break
 		}
-		e := x.at(i)
+		if e.ext == 0 {
+			if prevInline && e.ids == prevIDs {
+				continue
+			}
+			prevIDs, prevInline = e.ids, true
+		} else {
+			prevInline = false
+		}
 		k := 0
 		for _, id := range act {
 			if x.has(e, id) {

@@ -586,3 +586,40 @@ func must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestTableChurn grows, shrinks and refills the hash table far past its initial size and
+// checks membership exactly (backward-shift deletion across wrap-around and growth).
+func TestTableChurn(t *testing.T) {
+	x, err := NewBlockIndex(BlockIndexConfig{})
+	must(t, err)
+	rng := rand.New(rand.NewPCG(11, 12))
+	n := 60_000
+	if testing.Short() {
+		n = 20_000
+	}
+	keys := randKeys(rng, n)
+	must(t, x.Store("a", keys))
+	gone := map[uint64]bool{}
+	var rm []uint64
+	for _, k := range keys {
+		if rng.IntN(2) == 0 {
+			rm = append(rm, k)
+			gone[k] = true
+		}
+	}
+	x.Remove("a", rm)
+	for _, k := range keys {
+		got := x.Lookup([]uint64{k}, nil)
+		if gone[k] != (len(got) == 0) {
+			t.Fatalf("key %x: removed=%v but lookup = %v", k, gone[k], got)
+		}
+	}
+	if st := x.Stats(); st.Keys != n-len(rm) || x.Blocks("a") != n-len(rm) {
+		t.Fatalf("Stats = %+v, want %d keys", st, n-len(rm))
+	}
+	must(t, x.Store("b", rm))
+	x.RemoveInstance("a")
+	if got := x.InstanceKeys("b", nil); len(got) != len(rm) || x.Stats().Keys != len(rm) {
+		t.Fatalf("after refill and RemoveInstance: %d keys of b, stats %+v, want %d", len(got), x.Stats(), len(rm))
+	}
+}
