@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"net"
 	"strings"
@@ -106,7 +107,7 @@ func TestEventsConnectMode(t *testing.T) {
 	if s.EventsEndpoint() != cfg.KVEventsEndpoint {
 		t.Fatalf("EventsEndpoint %q", s.EventsEndpoint())
 	}
-	got := make(chan zmq4.Msg, 1)
+	got := make(chan zmq4.Msg, 64)
 	go func() {
 		for {
 			m, err := sub.Recv()
@@ -117,21 +118,28 @@ func TestEventsConnectMode(t *testing.T) {
 				continue
 			}
 			got <- m
-			return
 		}
 	}()
+	// Once connected, every later batch arrives, in order.
+	var seqs []uint64
 	i := 0
-	eventually(t, "an event over the dialed connection", func() bool {
+	eventually(t, "ten batches over the dialed connection", func() bool {
 		i++
 		generate(t, s, seqTokens(1000*i, 16), "", "", 1)
-		select {
-		case m := <-got:
-			if len(m.Frames) != 3 || !strings.Contains(string(m.Frames[2]), evStored) {
-				t.Fatalf("frames %q", m.Frames)
+		for {
+			select {
+			case m := <-got:
+				if len(m.Frames) != 3 || !strings.Contains(string(m.Frames[2]), evStored) {
+					t.Fatalf("frames %q", m.Frames)
+				}
+				seq := binary.BigEndian.Uint64(m.Frames[1])
+				if len(seqs) > 0 && seq != seqs[len(seqs)-1]+1 {
+					t.Fatalf("seq %d after %d", seq, seqs[len(seqs)-1])
+				}
+				seqs = append(seqs, seq)
+			default:
+				return len(seqs) >= 10
 			}
-			return true
-		default:
-			return false
 		}
 	})
 }

@@ -52,14 +52,20 @@ func newPublisher(cfg Config, m *metrics, log *slog.Logger) *publisher {
 // start binds or dials the sockets.
 func (p *publisher) start(ctx context.Context) error {
 	p.ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	p.pub = zmq4.NewPub(p.ctx, zmq4.WithDialerMaxRetries(-1))
+	ep := p.cfg.KVEventsEndpoint
+	bind := bindEndpoint(ep)
+	opts := []zmq4.Option{zmq4.WithDialerMaxRetries(-1)}
+	if !bind {
+		// Like libzmq, a connecting PUB redials when the peer goes away (a restarted agent).
+		opts = append(opts, zmq4.WithAutomaticReconnect(true))
+	}
+	p.pub = zmq4.NewPub(p.ctx, opts...)
 	if p.cfg.KVEventsHWM > 0 {
 		if err := p.pub.SetOption(zmq4.OptionHWM, p.cfg.KVEventsHWM); err != nil {
 			return fmt.Errorf("%w: PUB high-water mark: %v", ErrInternal, err)
 		}
 	}
-	ep := p.cfg.KVEventsEndpoint
-	if bindEndpoint(ep) {
+	if bind {
 		if err := p.pub.Listen(ep); err != nil {
 			p.pub.Close()
 			return fmt.Errorf("sim: bind KV events %s: %w", ep, err)
