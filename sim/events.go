@@ -19,7 +19,6 @@ const (
 	kindRemoved     = 2
 	kindAllCleared  = 3
 	endOfReplaySeq  = math.MaxUint64
-	maxTokenIDValue = math.MaxUint32
 )
 
 // event is one KV event of a step. Hashes and tokens live in the owning eventBuf's

@@ -75,8 +75,11 @@ func newMetrics(reg prometheus.Registerer, model string, load func() (int, int, 
 	gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", func() float64 { _, w, _ := load(); return float64(w) })
 	gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 0..1 (1 = every block in use).", func() float64 { _, _, u := load(); return u })
 	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvroute_sim_kv_cache_evictions_total", Help: "Cached blocks evicted for reuse.", ConstLabels: labels}, evictions))
-	for _, c := range cs {
+	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
+			for _, done := range cs[:i] { // leave the registry as it was
+				reg.Unregister(done)
+			}
 			return nil, err
 		}
 	}

@@ -86,8 +86,11 @@ func New(cfg Config, tok tokenizer.Tokenizer, reg prometheus.Registerer, log *sl
 type multiRegisterer []prometheus.Registerer
 
 func (m multiRegisterer) Register(c prometheus.Collector) error {
-	for _, r := range m {
+	for i, r := range m {
 		if err := r.Register(c); err != nil {
+			for _, done := range m[:i] {
+				done.Unregister(c)
+			}
 			return err
 		}
 	}
