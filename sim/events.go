@@ -13,12 +13,12 @@ const (
 )
 
 const (
-	mediumGPU       = "GPU"
-	specFullAttn    = "full_attention"
-	kindStored      = 1
-	kindRemoved     = 2
-	kindAllCleared  = 3
-	endOfReplaySeq  = math.MaxUint64
+	mediumGPU      = "GPU"
+	specFullAttn   = "full_attention"
+	kindStored     = 1
+	kindRemoved    = 2
+	kindAllCleared = 3
+	endOfReplaySeq = math.MaxUint64
 )
 
 // event is one KV event of a step. Hashes and tokens live in the owning eventBuf's
