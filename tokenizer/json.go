@@ -83,3 +83,31 @@ func decodeValue(dec *json.Decoder) (any, error) {
 		return tok, nil
 	}
 }
+
+// MarshalJSON writes the object with its keys in order, so a request decoded with
+// DecodeJSON (or by internal/openai) is forwarded to an engine unchanged in order.
+func (o *Object) MarshalJSON() ([]byte, error) {
+	if o == nil {
+		return []byte("null"), nil
+	}
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range o.Keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		kj, err := json.Marshal(k)
+		if err != nil {
+			return nil, err
+		}
+		b.Write(kj)
+		b.WriteByte(':')
+		vj, err := json.Marshal(o.Values[k])
+		if err != nil {
+			return nil, err
+		}
+		b.Write(vj)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}

@@ -189,6 +189,10 @@ func decode(body []byte) (*wire, error) {
 		return nil, BadRequest("", "request body must be a JSON object")
 	}
 	var w wire
+	if scanWire(body, &w) {
+		return &w, nil
+	}
+	w = wire{}
 	if err := json.Unmarshal(body, &w); err != nil {
 		var te *json.UnmarshalTypeError
 		if asTypeError(err, &te) && te.Field != "" {
@@ -196,6 +200,7 @@ func decode(body []byte) (*wire, error) {
 		}
 		return nil, BadRequest("", "malformed JSON: "+err.Error())
 	}
+	orderTools(body, &w)
 	return &w, nil
 }
 
