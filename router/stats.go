@@ -134,6 +134,10 @@ type FleetStats struct {
 	PendingKeys int `json:"pending_keys"`
 	// PeerRouters is how many other router replicas are publishing in-flight counts.
 	PeerRouters int `json:"peer_routers"`
+	// TTFT percentiles over every instance's recent streaming TTFTs (the same rings as
+	// the per-instance figures), seconds; 0 without data.
+	TTFTP50Seconds float64 `json:"ttft_p50_seconds"`
+	TTFTP90Seconds float64 `json:"ttft_p90_seconds"`
 }
 
 // InstanceStats is one instance's row.
@@ -177,6 +181,7 @@ func (r *Router) Stats() Stats {
 	f := r.fleet.Load()
 	st := Stats{RouterID: r.cfg.RouterID, Policy: r.cfg.Policy, Time: now, Instances: make([]InstanceStats, 0, len(f.list))}
 	var newest time.Time
+	var allTTFT []time.Duration
 	for _, in := range f.list {
 		row := InstanceStats{
 			ID: in.id, URL: in.rawURL,
@@ -214,6 +219,7 @@ func (r *Router) Stats() Stats {
 		}
 		ttfts := slices.Clone(in.stats.ttft)
 		in.stats.mu.Unlock()
+		allTTFT = append(allTTFT, ttfts...)
 		row.TTFTP50Seconds, row.TTFTP90Seconds = quantile(ttfts, 0.5), quantile(ttfts, 0.9)
 		if row.Healthy {
 			st.Fleet.Healthy++
@@ -221,6 +227,7 @@ func (r *Router) Stats() Stats {
 		st.Instances = append(st.Instances, row)
 	}
 	st.Fleet.Instances = len(f.list)
+	st.Fleet.TTFTP50Seconds, st.Fleet.TTFTP90Seconds = quantile(allTTFT, 0.5), quantile(allTTFT, 0.9)
 	sum, secs := r.window.sum(now)
 	st.Fleet.RequestsPerSecond = float64(sum.requests) / secs
 	if sum.promptTokens > 0 {
