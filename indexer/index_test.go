@@ -419,8 +419,12 @@ func TestTooManyInstances(t *testing.T) {
 // TestRandomizedAgainstReference drives the index and the naive reference with the same
 // random operations, on chains that share prefixes, and compares every observable.
 func TestRandomizedAgainstReference(t *testing.T) {
+	seeds := uint64(4)
+	if testing.Short() {
+		seeds = 2
+	}
 	for _, maxKeys := range []int{0, 300} {
-		for seed := range uint64(4) {
+		for seed := range seeds {
 			t.Run(fmt.Sprintf("max%d/seed%d", maxKeys, seed), func(t *testing.T) {
 				randomized(t, seed, maxKeys, 4000)
 			})
