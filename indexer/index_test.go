@@ -627,3 +627,31 @@ func TestTableChurn(t *testing.T) {
 		t.Fatalf("after refill and RemoveInstance: %d keys of b, stats %+v, want %d", len(got), x.Stats(), len(rm))
 	}
 }
+
+// TestLookupZeroAllocs checks the contract's zero allocations when dst has room, on the
+// bare index and through the Service (with its metrics).
+func TestLookupZeroAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under -race")
+	}
+	x, err := NewBlockIndex(BlockIndexConfig{})
+	must(t, err)
+	chain := randKeys(rand.New(rand.NewPCG(1, 1)), 512)
+	for i := range 8 {
+		must(t, x.Store(fmt.Sprintf("i%d", i), chain[:64*(i+1)]))
+	}
+	must(t, x.Store("bits", chain[:3])) // nine holders: a bitset key
+	dst := make([]Match, 0, 16)
+	if n := testing.AllocsPerRun(200, func() { dst = x.Lookup(chain, dst[:0]) }); n != 0 {
+		t.Fatalf("BlockIndex.Lookup: %v allocs per run", n)
+	}
+	if len(dst) != 9 || dst[0] != (Match{"i7", 512}) {
+		t.Fatalf("Lookup = %v", dst)
+	}
+	url := startNATS(t)
+	e := startService(t, url, testConfig())
+	must(t, e.svc.Index().Store("a", chain))
+	if n := testing.AllocsPerRun(200, func() { dst = e.svc.Lookup(chain, dst[:0]) }); n != 0 {
+		t.Fatalf("Service.Lookup: %v allocs per run", n)
+	}
+}
