@@ -330,11 +330,12 @@ func (b *Bench) runPolicy(ctx context.Context, tr *Trace, policy string, oracle 
 		},
 	}
 	runStart = time.Now()
-	samples, wall, err := d.Run(ctx, tr)
+	rr, err := d.Run(ctx, tr)
 	prog.Finish()
 	if err != nil {
 		return nil, err
 	}
+	samples := rr.Samples
 	if err := st.joinError(); err != nil {
 		return nil, err
 	}
@@ -346,7 +347,7 @@ func (b *Bench) runPolicy(ctx context.Context, tr *Trace, policy string, oracle 
 	if err != nil {
 		return nil, err
 	}
-	res := analyze(runData{Policy: policy, Samples: samples, Wall: wall, TimeScale: b.cfg.TimeScale,
+	res := analyze(runData{Policy: policy, Samples: samples, Wall: rr.Wall, LoadEnd: rr.LoadEnd, TimeScale: b.cfg.TimeScale,
 		Engines: counters, Router: rm, Joined: st.joined(), JoinAt: joinAt}, oracle)
 	for i := range res.Instances {
 		for _, in := range st.rt.Stats().Instances {

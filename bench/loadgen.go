@@ -69,25 +69,51 @@ type Driver struct {
 	Progress *Progress
 }
 
-// Run sends every request of t and returns one Sample per request (in trace order) and
-// the wall time from the first dispatch to the last completion. It returns early with
-// ctx's error if ctx ends; the samples gathered so far are returned with it.
-func (d *Driver) Run(ctx context.Context, t *Trace) ([]Sample, time.Duration, error) {
+// RunResult is what a Driver measured over a whole trace.
+type RunResult struct {
+	// Samples holds one Sample per request, in trace order.
+	Samples []Sample
+	// Wall is the wall time from the start to the last completion.
+	Wall time.Duration
+	// LoadEnd is when the offered load stopped being full: closed loop, the first time a
+	// client found no more work; open loop, the last dispatch. Completions after it are
+	// the drain of the run.
+	LoadEnd time.Duration
+}
+
+// Run sends every request of t and measures each. It returns early with ctx's error if
+// ctx ends; the samples gathered so far are returned with it.
+func (d *Driver) Run(ctx context.Context, t *Trace) (*RunResult, error) {
 	if d.BaseURL == "" || d.Client == nil {
-		return nil, 0, fmt.Errorf("%w: base URL and client are required", ErrLoad)
+		return nil, fmt.Errorf("%w: base URL and client are required", ErrLoad)
 	}
 	if d.TimeScale <= 0 {
-		return nil, 0, fmt.Errorf("%w: time scale %v: want > 0", ErrLoad, d.TimeScale)
+		return nil, fmt.Errorf("%w: time scale %v: want > 0", ErrLoad, d.TimeScale)
 	}
 	samples := make([]Sample, len(t.Requests))
 	for i, r := range t.Requests {
 		samples[i] = Sample{ID: i, Chain: r.Chain, Err: "not sent"}
 	}
 	chains := t.Chains()
-	var dispatched atomic.Int64
+	var dispatched, loadEnd atomic.Int64
 	start := time.Now()
+	markEnd := func(closed bool) {
+		now := int64(time.Since(start))
+		for {
+			old := loadEnd.Load()
+			if (closed && old != 0) || (!closed && old >= now) {
+				return
+			}
+			if loadEnd.CompareAndSwap(old, now) {
+				return
+			}
+		}
+	}
 	run := func(id int) {
 		n := dispatched.Add(1)
+		if d.Concurrency == 0 {
+			markEnd(false)
+		}
 		if d.OnDispatch != nil {
 			d.OnDispatch(int(n))
 		}
@@ -111,6 +137,7 @@ func (d *Driver) Run(ctx context.Context, t *Trace) ([]Sample, time.Duration, er
 						run(id)
 					}
 				}
+				markEnd(true) // the first client out of work ends the full load
 			}()
 		}
 	feed:
@@ -146,8 +173,7 @@ func (d *Driver) Run(ctx context.Context, t *Trace) ([]Sample, time.Duration, er
 		}
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	return samples, elapsed, ctx.Err()
+	return &RunResult{Samples: samples, Wall: time.Since(start), LoadEnd: time.Duration(loadEnd.Load())}, ctx.Err()
 }
 
 func (d *Driver) wall(sim time.Duration) time.Duration {

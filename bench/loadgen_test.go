@@ -82,9 +82,13 @@ func TestDriverMeasuresStreams(t *testing.T) {
 				OnDispatch: func(n int) { mu.Lock(); dispatched = append(dispatched, n); mu.Unlock() },
 				Progress:   NewProgress(io.Discard, "test", 5)}
 			tr := tinyTrace("a", "s0", "fail", "s1", "b")
-			samples, wall, err := d.Run(context.Background(), tr)
+			rr, err := d.Run(context.Background(), tr)
+			samples, wall := rr.Samples, rr.Wall
 			if err != nil {
 				t.Fatal(err)
+			}
+			if rr.LoadEnd <= 0 || rr.LoadEnd > wall {
+				t.Fatalf("load end %v, want in (0, wall %v]", rr.LoadEnd, wall)
 			}
 			if len(samples) != 5 || len(dispatched) != 5 || wall <= 0 {
 				t.Fatalf("%d samples, %d dispatches, wall %v", len(samples), len(dispatched), wall)
@@ -131,9 +135,13 @@ func TestDriverOpenLoopSchedule(t *testing.T) {
 	tr := tinyTrace("a", "b")
 	tr.Requests[1].At = 2 * time.Second // × 0.05 = 100 ms wall
 	d := &Driver{BaseURL: srv.URL, Client: srv.Client(), TimeScale: 0.05}
-	samples, _, err := d.Run(context.Background(), tr)
+	rr, err := d.Run(context.Background(), tr)
 	if err != nil {
 		t.Fatal(err)
+	}
+	samples := rr.Samples
+	if rr.LoadEnd <= samples[0].Start || rr.LoadEnd > samples[1].Start {
+		t.Fatalf("open loop: load end %v, want the last dispatch (just before %v, after %v)", rr.LoadEnd, samples[1].Start, samples[0].Start)
 	}
 	if gap := samples[1].Start - samples[0].Start; gap < 90*time.Millisecond {
 		t.Fatalf("second request sent %v after the first, want ≈ 100ms (2 s simulated × 0.05)", gap)
@@ -141,17 +149,18 @@ func TestDriverOpenLoopSchedule(t *testing.T) {
 }
 
 func TestDriverErrors(t *testing.T) {
-	if _, _, err := (&Driver{}).Run(context.Background(), tinyTrace("a")); err == nil {
+	if _, err := (&Driver{}).Run(context.Background(), tinyTrace("a")); err == nil {
 		t.Fatal("no base URL: want an error")
 	}
-	if _, _, err := (&Driver{BaseURL: "http://x", Client: http.DefaultClient}).Run(context.Background(), tinyTrace("a")); err == nil {
+	if _, err := (&Driver{BaseURL: "http://x", Client: http.DefaultClient}).Run(context.Background(), tinyTrace("a")); err == nil {
 		t.Fatal("time scale 0: want an error")
 	}
 	// A connection refused is a failed sample, not a crash.
 	srv := httptest.NewServer(http.NotFoundHandler())
 	url := srv.URL
 	srv.Close()
-	samples, _, err := (&Driver{BaseURL: url, Client: http.DefaultClient, TimeScale: 1}).Run(context.Background(), tinyTrace("a"))
+	rr, err := (&Driver{BaseURL: url, Client: http.DefaultClient, TimeScale: 1}).Run(context.Background(), tinyTrace("a"))
+	samples := rr.Samples
 	if err != nil || samples[0].OK() || samples[0].Err == "" {
 		t.Fatalf("refused connection: err %v sample %+v", err, samples[0])
 	}
@@ -160,14 +169,16 @@ func TestDriverErrors(t *testing.T) {
 		fmt.Fprint(w, "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n")
 	}))
 	defer cut.Close()
-	samples, _, _ = (&Driver{BaseURL: cut.URL, Client: cut.Client(), TimeScale: 1}).Run(context.Background(), tinyTrace("a"))
+	rr, _ = (&Driver{BaseURL: cut.URL, Client: cut.Client(), TimeScale: 1}).Run(context.Background(), tinyTrace("a"))
+	samples = rr.Samples
 	if samples[0].OK() || !strings.Contains(samples[0].Err, "[DONE]") {
 		t.Fatalf("cut stream: %+v", samples[0])
 	}
 	// A cancelled run returns ctx's error and marks unsent requests.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	samples, _, err = (&Driver{BaseURL: cut.URL, Client: cut.Client(), TimeScale: 1}).Run(ctx, tinyTrace("a", "b"))
+	rr, err = (&Driver{BaseURL: cut.URL, Client: cut.Client(), TimeScale: 1}).Run(ctx, tinyTrace("a", "b"))
+	samples = rr.Samples
 	if err == nil || samples[1].Err != "not sent" {
 		t.Fatalf("cancelled: err %v, sample %+v", err, samples[1])
 	}

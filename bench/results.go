@@ -73,8 +73,12 @@ type PolicyResult struct {
 	TTFTP50S       Float `json:"ttft_p50_s"`
 	TTFTP90S       Float `json:"ttft_p90_s"`
 	TTFTP99S       Float `json:"ttft_p99_s"`
-	// ThroughputRPS is completed requests per simulated second of the run.
+	// ThroughputRPS is completed requests per simulated second while the offered load
+	// was full (from the start until the first closed-loop client ran out of work, or the
+	// last open-loop arrival), so the drain at the end does not count.
 	ThroughputRPS Float `json:"throughput_rps"`
+	// MakespanThroughputRPS is every completed request over the whole run, drain included.
+	MakespanThroughputRPS Float `json:"makespan_throughput_rps"`
 	// OverflowRatio is the share of requests the router decided as overflow.
 	OverflowRatio       Float `json:"overflow_ratio"`
 	RoutingOverheadP50S Float `json:"routing_overhead_p50_s"`
@@ -141,6 +145,7 @@ type runData struct {
 	Policy    string
 	Samples   []Sample
 	Wall      time.Duration
+	LoadEnd   time.Duration
 	TimeScale float64
 	Engines   CacheCounters // fleet delta over the run
 	Router    RouterMetrics
@@ -157,7 +162,7 @@ func analyze(d runData, oracle float64) PolicyResult {
 	res := PolicyResult{
 		Policy: d.Policy, Requests: len(d.Samples), Decisions: map[string]int{},
 		HitRate: nan, OracleFraction: nan, TTFTP50S: nan, TTFTP90S: nan, TTFTP99S: nan,
-		ThroughputRPS: nan, OverflowRatio: nan, WarmupS: nan, ClientHitRate: nan, HitRateDip: nan,
+		ThroughputRPS: nan, MakespanThroughputRPS: nan, OverflowRatio: nan, WarmupS: nan, ClientHitRate: nan, HitRateDip: nan,
 		RoutingOverheadP50S: Float(d.Router.RoutingP50), RoutingOverheadP99S: Float(d.Router.RoutingP99),
 		RoutingSamples: d.Router.RoutingCount,
 		WallS:          Float(d.Wall.Seconds()), DurationS: Float(d.Wall.Seconds() / scale),
@@ -202,7 +207,20 @@ func analyze(d runData, oracle float64) PolicyResult {
 	if res.Completed > 0 && last > first {
 		simDur := (last - first).Seconds() / scale
 		res.DurationS = Float(simDur)
-		res.ThroughputRPS = Float(float64(res.Completed) / simDur)
+		res.MakespanThroughputRPS = Float(float64(res.Completed) / simDur)
+		res.ThroughputRPS = res.MakespanThroughputRPS
+		if d.LoadEnd > first {
+			inWindow := 0
+			for i := range d.Samples {
+				if s := &d.Samples[i]; s.OK() && s.Start+s.Latency <= d.LoadEnd {
+					inWindow++
+				}
+			}
+			// A window holding under a tenth of the run says nothing steady: keep the makespan figure.
+			if inWindow*10 >= res.Completed {
+				res.ThroughputRPS = Float(float64(inWindow) / ((d.LoadEnd - first).Seconds() / scale))
+			}
+		}
 	}
 	if prompt > 0 {
 		res.ClientHitRate = Float(float64(cached) / float64(prompt))

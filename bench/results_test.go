@@ -46,9 +46,21 @@ func TestAnalyze(t *testing.T) {
 	if r.TTFTP50S != 0.2 || r.TTFTP99S != 1 {
 		t.Fatalf("ttft p50 %v p99 %v", r.TTFTP50S, r.TTFTP99S)
 	}
-	// 30 completed over 0..20.5 s wall = 41 s simulated.
-	if math.Abs(float64(r.ThroughputRPS)-30/41.0) > 1e-9 {
-		t.Fatalf("throughput %v", r.ThroughputRPS)
+	// 30 completed over 0..20.5 s wall = 41 s simulated; no load end: the same figure.
+	if math.Abs(float64(r.ThroughputRPS)-30/41.0) > 1e-9 || r.ThroughputRPS != r.MakespanThroughputRPS {
+		t.Fatalf("throughput %v makespan %v", r.ThroughputRPS, r.MakespanThroughputRPS)
+	}
+	// Full load until 11 s wall: only the completions ended by then count.
+	d.LoadEnd = 11 * time.Second
+	r2 := analyze(d, 0.8)
+	n := 0
+	for _, x := range s {
+		if x.OK() && x.Start+x.Latency <= d.LoadEnd {
+			n++
+		}
+	}
+	if want := float64(n) / 22; math.Abs(float64(r2.ThroughputRPS)-want) > 1e-9 || r2.MakespanThroughputRPS != r.MakespanThroughputRPS {
+		t.Fatalf("full-load throughput %v, want %v (%d completions in 22 simulated s)", r2.ThroughputRPS, want, n)
 	}
 	if r.OverflowRatio != Float(10.0/31) && r.OverflowRatio != Float(10.0/30) {
 		t.Fatalf("overflow ratio %v", r.OverflowRatio)

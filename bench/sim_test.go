@@ -49,10 +49,11 @@ func TestDriverAgainstSimulator(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := &Driver{BaseURL: srv.URL(), Client: hc, TimeScale: 1, Concurrency: 1}
-	samples, _, err := d.Run(ctx, tr)
+	rr, err := d.Run(ctx, tr)
 	if err != nil {
 		t.Fatal(err)
 	}
+	samples := rr.Samples
 	after, err := ScrapeCacheCounters(ctx, hc, srv.URL())
 	if err != nil {
 		t.Fatal(err)
