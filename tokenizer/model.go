@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
-	lru "github.com/hashicorp/golang-lru/v2"
 )
 
 // Config tunes a Model's limits and caches. The zero value is not valid; start
@@ -78,9 +78,11 @@ type core struct {
 type Model struct {
 	c         *core
 	cfg       Config
-	segCache  *lru.Cache[string, []uint32]
-	wordCache *lru.Cache[string, []uint32]
+	segCache  *segmentCache
+	wordCache *wordCache
 	scratch   sync.Pool
+	// disableNative forces the Jinja engine (tests compare the two).
+	disableNative bool
 }
 
 var _ Tokenizer = (*Model)(nil)
@@ -121,16 +123,11 @@ func newModel(c *core, cfg Config) (*Model, error) {
 		return nil, err
 	}
 	m := &Model{c: c, cfg: cfg}
-	var err error
 	if cfg.SegmentCacheEntries > 0 {
-		if m.segCache, err = lru.New[string, []uint32](cfg.SegmentCacheEntries); err != nil {
-			return nil, fmt.Errorf("tokenizer: segment cache: %w", err)
-		}
+		m.segCache = newSegmentCache(cfg.SegmentCacheEntries)
 	}
 	if cfg.WordCacheEntries > 0 {
-		if m.wordCache, err = lru.New[string, []uint32](cfg.WordCacheEntries); err != nil {
-			return nil, fmt.Errorf("tokenizer: word cache: %w", err)
-		}
+		m.wordCache = newWordCache(cfg.WordCacheEntries)
 	}
 	m.scratch.New = func() any { return new(scratch) }
 	return m, nil
@@ -238,6 +235,7 @@ func (m *Model) HasChatTemplate() bool { return m.c.chat != nil }
 // scratch is per-call working memory, pooled.
 type scratch struct {
 	segs   []segment
+	hits   [][]uint32 // cached ids per segment of segs (nil: not cached)
 	segs2  []segment
 	words  []string
 	pieces []string
@@ -251,7 +249,7 @@ func (m *Model) Encode(text string, addSpecial bool) ([]uint32, error) {
 	if len(text) > m.cfg.MaxInputBytes {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(text), m.cfg.MaxInputBytes)
 	}
-	return m.AppendEncode(make([]uint32, 0, len(text)/3+4), text, addSpecial)
+	return m.appendEncode(nil, text, addSpecial)
 }
 
 // AppendEncode is Encode appending to dst.
@@ -259,38 +257,83 @@ func (m *Model) AppendEncode(dst []uint32, text string, addSpecial bool) ([]uint
 	if len(text) > m.cfg.MaxInputBytes {
 		return dst, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(text), m.cfg.MaxInputBytes)
 	}
-	text = toValidUTF8(text)
+	return m.appendEncode(dst, text, addSpecial)
+}
+
+// appendEncode splits text on added tokens first and looks every long segment up
+// in the segment cache: a hit proves the segment valid UTF-8 (cache keys are), the
+// other segments are checked, and when all are valid the text is, so the split
+// stands and the per-byte validation of long known prefixes is skipped. Otherwise
+// the text is repaired (toValidUTF8) and split again. With dst nil the result is
+// allocated once, sized from the cached ids.
+func (m *Model) appendEncode(dst []uint32, text string, addSpecial bool) ([]uint32, error) {
 	sc := m.scratch.Get().(*scratch)
 	defer m.scratch.Put(sc)
+	sc.segs = m.c.rawMatcher.split(sc.segs[:0], text)
+	sc.hits = sc.hits[:0]
+	valid := true
+	need := len(m.c.post.prefix) + len(m.c.post.suffix)
+	for _, seg := range sc.segs {
+		var ids []uint32
+		switch {
+		case seg.token != nil:
+			need++
+		case m.segCacheable(seg.text):
+			var ok bool
+			if ids, ok = m.segCache.get(seg.text); ok {
+				need += len(ids)
+				break
+			}
+			fallthrough
+		default:
+			valid = valid && utf8.ValidString(seg.text)
+			need += len(seg.text)/3 + 1
+		}
+		sc.hits = append(sc.hits, ids)
+	}
+	if !valid {
+		text = toValidUTF8(text)
+		sc.segs = m.c.rawMatcher.split(sc.segs[:0], text)
+		clear(sc.hits)
+		sc.hits = sc.hits[:0]
+		for range sc.segs {
+			sc.hits = append(sc.hits, nil)
+		}
+	}
+	if dst == nil {
+		dst = make([]uint32, 0, need)
+	}
 	if addSpecial {
 		dst = append(dst, m.c.post.prefix...)
 	}
-	sc.segs = m.c.rawMatcher.split(sc.segs[:0], text)
 	var err error
-	for _, seg := range sc.segs {
-		if seg.token != nil {
+	for i, seg := range sc.segs {
+		switch {
+		case seg.token != nil:
 			dst = append(dst, seg.token.id)
-			continue
-		}
-		if dst, err = m.encodeSegment(dst, seg.text, sc); err != nil {
-			return dst, err
+		case sc.hits[i] != nil:
+			dst = append(dst, sc.hits[i]...)
+		default:
+			if dst, err = m.encodeSegment(dst, seg.text, sc); err != nil {
+				clear(sc.hits)
+				return dst, err
+			}
 		}
 	}
+	clear(sc.hits) // do not pin cached ids from the pool
 	if addSpecial {
 		dst = append(dst, m.c.post.suffix...)
 	}
 	return dst, nil
 }
 
-// encodeSegment tokenizes text that holds no raw-matched added token, through
-// the segment cache.
+func (m *Model) segCacheable(text string) bool {
+	return m.segCache != nil && len(text) >= m.cfg.SegmentCacheMinBytes && len(text) <= m.cfg.SegmentCacheMaxBytes
+}
+
+// encodeSegment tokenizes valid text that holds no raw-matched added token and
+// caches the result when it is long enough.
 func (m *Model) encodeSegment(dst []uint32, text string, sc *scratch) ([]uint32, error) {
-	cacheable := m.segCache != nil && len(text) >= m.cfg.SegmentCacheMinBytes && len(text) <= m.cfg.SegmentCacheMaxBytes
-	if cacheable {
-		if ids, ok := m.segCache.Get(text); ok {
-			return append(dst, ids...), nil
-		}
-	}
 	start := len(dst)
 	normed := text
 	if m.c.normalizer != nil {
@@ -310,8 +353,8 @@ func (m *Model) encodeSegment(dst []uint32, text string, sc *scratch) ([]uint32,
 			}
 		}
 	}
-	if cacheable {
-		m.segCache.Add(strings.Clone(text), append([]uint32(nil), dst[start:]...))
+	if m.segCacheable(text) {
+		m.segCache.add(strings.Clone(text), dst[start:])
 	}
 	return dst, nil
 }
@@ -326,7 +369,7 @@ func (m *Model) encodeWord(dst []uint32, w string, sc *scratch) ([]uint32, error
 	}
 	cacheable := m.wordCache != nil && len(w) > 1 && len(w) <= maxCachedWordBytes
 	if cacheable {
-		if ids, ok := m.wordCache.Get(w); ok {
+		if ids, ok := m.wordCache.get(w); ok {
 			return append(dst, ids...), nil
 		}
 	}
@@ -337,7 +380,7 @@ func (m *Model) encodeWord(dst []uint32, w string, sc *scratch) ([]uint32, error
 		return dst, err
 	}
 	if cacheable {
-		m.wordCache.Add(strings.Clone(w), append([]uint32(nil), dst[start:]...))
+		m.wordCache.add(strings.Clone(w), dst[start:])
 	}
 	return dst, nil
 }

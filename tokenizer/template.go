@@ -26,6 +26,7 @@ type chatTemplate struct {
 	tmpl   *jinja.Template
 	format contentFormat
 	source string
+	native nativeRenderer // nil: always the Jinja engine
 }
 
 // raiseName is the function raise_exception calls are rewritten to, so that the
@@ -44,7 +45,7 @@ func compileChatTemplate(src string) (*chatTemplate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrTemplate, err)
 	}
-	ct := &chatTemplate{tmpl: t, source: src}
+	ct := &chatTemplate{tmpl: t, source: src, native: nativeRendererFor(src)}
 	if contentLoop.MatchString(src) {
 		ct.format = contentOpenAI
 	}
@@ -122,6 +123,30 @@ func (m *Model) RenderChat(req *ChatRequest) (string, error) {
 	if len(req.Messages) == 0 {
 		return "", fmt.Errorf("%w: no messages", ErrTemplate)
 	}
+	var out string
+	var err error
+	native := false
+	if ct.native != nil && !m.disableNative {
+		out, native = ct.native(req)
+	}
+	if !native {
+		if out, err = m.renderJinja(ct, req); err != nil {
+			return "", err
+		}
+	}
+	if req.ContinueFinalMessage {
+		if out, err = trimToFinalMessage(out, req.Messages[len(req.Messages)-1]); err != nil {
+			return "", err
+		}
+	}
+	if len(out) > m.cfg.MaxInputBytes {
+		return "", fmt.Errorf("%w: rendered prompt is %d bytes, limit %d", ErrTooLarge, len(out), m.cfg.MaxInputBytes)
+	}
+	return out, nil
+}
+
+// renderJinja renders the template with the Jinja engine.
+func (m *Model) renderJinja(ct *chatTemplate, req *ChatRequest) (string, error) {
 	msgs := make([]jinja.Value, 0, len(req.Messages))
 	for i, msg := range req.Messages {
 		v, err := conversationMessage(msg, ct.format)
@@ -148,14 +173,6 @@ func (m *Model) RenderChat(req *ChatRequest) (string, error) {
 	out, err := ct.tmpl.RenderValues(data)
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", ErrTemplate, err)
-	}
-	if req.ContinueFinalMessage {
-		if out, err = trimToFinalMessage(out, req.Messages[len(req.Messages)-1]); err != nil {
-			return "", err
-		}
-	}
-	if len(out) > m.cfg.MaxInputBytes {
-		return "", fmt.Errorf("%w: rendered prompt is %d bytes, limit %d", ErrTooLarge, len(out), m.cfg.MaxInputBytes)
 	}
 	return out, nil
 }
