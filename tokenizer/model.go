@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
-
 )
 
 // Config tunes a Model's limits and caches. The zero value is not valid; start
