@@ -6,7 +6,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.1
 TOOLS        := $(CURDIR)/.tools
 TEST_TIMEOUT ?= 14m
 
-.PHONY: all build test test-long demo bench proto proto-check lint testdata tools fuzz clean
+.PHONY: all build test test-long demo screenshot bench proto proto-check lint testdata tools fuzz clean
 
 all: build
 
@@ -16,16 +16,22 @@ build:
 ## test: every test, heavy ones skipped (-short); race detector on.
 test:
 	bash tokenizer/testdata/fetch-llama.sh || echo "note: Llama 3.1 tokenizer not fetched; its exactness tests will be skipped"
+	bash scripts/ensure-chromium.sh
 	$(GO) test -short -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 ## test-long: everything, including the heavy tests and `kvroute bench --quick`.
 test-long:
 	bash tokenizer/testdata/fetch-llama.sh || true
+	bash scripts/ensure-chromium.sh
 	$(GO) test -count=1 -timeout 60m ./...
 	$(GO) run ./cmd/kvroute bench --quick
 
 demo:
 	$(GO) run ./cmd/kvroute demo $(DEMO_ARGS)
+
+## screenshot: refresh docs/img/dashboard.png from the browser test (needs chromium).
+screenshot:
+	$(GO) test ./cmd/kvroute -run TestDashboardInBrowser -count=1 -update-screenshot
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

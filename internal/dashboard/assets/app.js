@@ -19,11 +19,18 @@ function fmt(v, digits) {
   return Number(v).toFixed(digits);
 }
 function fmtSeconds(s) {
-  if (s === null || s === undefined || s < 0) return "–";
+  if (s === null || s === undefined || s <= 0) return "–";
   if (s < 1) return (s * 1000).toFixed(0) + " ms";
   return s.toFixed(2) + " s";
 }
 function pct(v) { return (v === null || v === undefined || v < 0) ? "–" : (v * 100).toFixed(1) + "%"; }
+
+// axisLabel prints a tick value with two significant digits (0.0042, 0.31, 12, 1400).
+function axisLabel(v) {
+  if (v === 0) return "0";
+  if (Math.abs(v) >= 100) return v.toFixed(0);
+  return String(Number(v.toPrecision(2)));
+}
 
 // drawChart draws series [{name, color, dashed, points: [[t, v], ...]}] into svg.
 function drawChart(svg, series, opts) {
@@ -50,7 +57,7 @@ function drawChart(svg, series, opts) {
   for (let i = 0; i <= 4; i++) {
     const v = vmax * i / 4;
     el("line", { x1: m.l, x2: w - m.r, y1: y(v), y2: y(v), class: "gridline" }, svg);
-    el("text", { x: m.l - 4, y: y(v) + 3, "text-anchor": "end" }, svg).textContent = opts.percent ? (v * 100).toFixed(0) + "%" : (v < 10 ? v.toFixed(v < 1 ? 2 : 1) : v.toFixed(0));
+    el("text", { x: m.l - 4, y: y(v) + 3, "text-anchor": "end" }, svg).textContent = opts.percent ? (v * 100).toFixed(0) + "%" : axisLabel(v);
   }
   const span = (tmax - tmin) / 1000;
   el("text", { x: m.l, y: h - 4 }, svg).textContent = "−" + span.toFixed(0) + " s";
@@ -66,13 +73,15 @@ function drawChart(svg, series, opts) {
   }
 }
 
+// instanceSeries makes one series per instance; negative values mean "no data" (a gap).
 function instanceSeries(history, field) {
   const ids = new Set();
   for (const h of history) for (const id of Object.keys(h.instances || {})) ids.add(id);
-  return [...ids].sort().map(id => ({
-    name: id, color: colorOf(id),
-    points: history.map(h => [h.t, h.instances && h.instances[id] ? h.instances[id][field] : null]),
-  }));
+  const value = (h, id) => {
+    const v = h.instances && h.instances[id] ? h.instances[id][field] : null;
+    return v === null || v === undefined || v < 0 ? null : v;
+  };
+  return [...ids].sort().map(id => ({ name: id, color: colorOf(id), points: history.map(h => [h.t, value(h, id)]) }));
 }
 
 function render(data) {
@@ -86,13 +95,14 @@ function render(data) {
 
   const hist = data.history || [];
   const hit = instanceSeries(hist, "hit_rate");
-  hit.push({ name: "fleet", color: "#ffffff", dashed: true, width: 2, points: hist.map(h => [h.t, h.fleet ? h.fleet.hit_rate : null]) });
+  hit.push({ name: "fleet", color: "#ffffff", dashed: true, width: 2, points: hist.map(h => [h.t, h.fleet && h.fleet.hit_rate > 0 ? h.fleet.hit_rate : null]) });
   drawChart(document.getElementById("c-hit"), hit, { max: 1, percent: true });
   drawChart(document.getElementById("c-blocks"), instanceSeries(hist, "cached_blocks"));
   drawChart(document.getElementById("c-inflight"), instanceSeries(hist, "in_flight"));
+  const pos = v => (v > 0 ? v : null);
   drawChart(document.getElementById("c-ttft"), [
-    { name: "p50", color: "#56b4e9", points: hist.map(h => [h.t, h.fleet ? h.fleet.ttft_p50_s : null]) },
-    { name: "p90", color: "#e69f00", dashed: true, points: hist.map(h => [h.t, h.fleet ? h.fleet.ttft_p90_s : null]) },
+    { name: "p50", color: "#56b4e9", points: hist.map(h => [h.t, h.fleet ? pos(h.fleet.ttft_p50_s) : null]) },
+    { name: "p90", color: "#e69f00", dashed: true, points: hist.map(h => [h.t, h.fleet ? pos(h.fleet.ttft_p90_s) : null]) },
   ]);
   const kinds = ["cache_hit", "affinity", "overflow"];
   const kcol = { cache_hit: "#009e73", affinity: "#56b4e9", overflow: "#d55e00" };
