@@ -352,4 +352,3 @@ func (l *demoLoad) send(ctx context.Context, body []byte) error {
 	}
 	return nil
 }
-
