@@ -12,6 +12,7 @@ import (
 type bpeModel struct {
 	vocab        map[string]uint32 // raw bytes → id
 	merges       map[uint64]merge  // left id<<32 | right id → rule
+	table        *mergeTable       // the same rules, for the merge loop
 	byteID       [256]uint32
 	hasByte      [256]bool
 	ignoreMerges bool
@@ -98,6 +99,10 @@ func parseBPE(raw json.RawMessage) (*bpeModel, error) {
 			m.merges[k] = merge{rank: uint32(rank), id: nid}
 		}
 	}
+	m.table = newMergeTable(len(m.merges))
+	for k, mg := range m.merges {
+		m.table.put(k, mg)
+	}
 	return m, nil
 }
 
@@ -148,20 +153,49 @@ func (m *bpeModel) encodeWord(dst []uint32, word string, work []uint32) ([]uint3
 		syms = append(syms, m.byteID[b])
 	}
 	// Greedy merging: always the lowest-ranked adjacent pair, leftmost on ties —
-	// the order Hugging Face's priority queue produces.
+	// the order Hugging Face's priority queue produces. ranks[i] caches the rank of
+	// the pair (syms[i], syms[i+1]), so a merge costs two lookups, not a rescan.
+	if len(syms) < 2 {
+		return append(dst, syms...), syms, nil
+	}
+	n := len(syms)
+	syms = append(syms, make([]uint32, n-1)...) // ranks live after the symbols
+	ranks := syms[n:]
+	syms = syms[:n]
+	for i := 0; i+1 < n; i++ {
+		ranks[i] = m.rank(syms[i], syms[i+1])
+	}
 	for len(syms) > 1 {
-		best, bestRank := -1, uint32(0)
-		var bestID uint32
-		for i := 0; i+1 < len(syms); i++ {
-			if mg, ok := m.merges[pairKey(syms[i], syms[i+1])]; ok && (best < 0 || mg.rank < bestRank) {
-				best, bestRank, bestID = i, mg.rank, mg.id
+		best, bestRank := -1, uint32(noMerge)
+		for i, r := range ranks[:len(syms)-1] {
+			if r < bestRank {
+				best, bestRank = i, r
 			}
 		}
 		if best < 0 {
 			break
 		}
-		syms[best] = bestID
-		syms = append(syms[:best+1], syms[best+2:]...)
+		mg, _ := m.table.get(pairKey(syms[best], syms[best+1]))
+		syms[best] = mg.id
+		copy(syms[best+1:], syms[best+2:])
+		syms = syms[:len(syms)-1]
+		copy(ranks[best:], ranks[best+1:len(syms)])
+		if best > 0 {
+			ranks[best-1] = m.rank(syms[best-1], syms[best])
+		}
+		if best+1 < len(syms) {
+			ranks[best] = m.rank(syms[best], syms[best+1])
+		}
 	}
-	return append(dst, syms...), syms, nil
+	return append(dst, syms...), syms[:cap(syms)][:0], nil
+}
+
+// noMerge is the rank of a pair with no merge rule.
+const noMerge = ^uint32(0)
+
+func (m *bpeModel) rank(a, b uint32) uint32 {
+	if mg, ok := m.table.get(pairKey(a, b)); ok {
+		return mg.rank
+	}
+	return noMerge
 }

@@ -182,7 +182,12 @@ func parsePreTokenizer(raw json.RawMessage, p *preTokenizer) error {
 			}
 			st.sp = sp
 		}
-		p.steps = append(p.steps, st)
+		// Without a prefix space or a split the step passes pieces through
+		// unchanged (the byte mapping is in the vocabulary): leave it out, so
+		// Qwen's pipeline is one split with no intermediate list.
+		if st.addPrefixSpace || st.sp != nil {
+			p.steps = append(p.steps, st)
+		}
 		p.byteLevel = true
 		return nil
 	case "Digits":
