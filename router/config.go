@@ -71,6 +71,8 @@ type Config struct {
 
 	// MaxBodyBytes: larger request bodies get 413.
 	MaxBodyBytes int64
+	// BodyReadTimeout: a client that has not sent its whole body by then gets 408.
+	BodyReadTimeout time.Duration
 	// Upstream timeouts: TCP connect, response headers (first byte), whole request.
 	ConnectTimeout   time.Duration
 	FirstByteTimeout time.Duration
@@ -120,6 +122,7 @@ func DefaultConfig() Config {
 		PendingConfirmGrace:         500 * time.Millisecond,
 		PendingMaxKeys:              1 << 18,
 		MaxBodyBytes:                32 << 20,
+		BodyReadTimeout:             30 * time.Second,
 		ConnectTimeout:              2 * time.Second,
 		FirstByteTimeout:            5 * time.Minute,
 		TotalTimeout:                30 * time.Minute,
@@ -188,7 +191,7 @@ func (c *Config) Validate() error {
 		"health interval": c.HealthInterval, "health timeout": c.HealthTimeout, "eject window": c.EjectWindow,
 		"eject cooldown": c.EjectCooldown, "in-flight publish interval": c.InFlightPublishInterval,
 		"in-flight stale after": c.InFlightStaleAfter, "instance refresh interval": c.InstanceRefreshInterval,
-		"scrape interval": c.ScrapeInterval,
+		"scrape interval": c.ScrapeInterval, "body read timeout": c.BodyReadTimeout,
 	} {
 		if d <= 0 {
 			return bad("%s must be positive", name)

@@ -100,7 +100,11 @@ func startStack(t *testing.T, engines int, cfg Config) *stack {
 	cfg.ListenAddr = "127.0.0.1:0"
 	cfg.DebugHeaders = true
 	cfg.InstanceRefreshInterval = 50 * time.Millisecond
-	r, err := New(cfg, Deps{NATS: s.nc, Index: idx, Tokenizer: tok, Registry: prometheus.NewRegistry(), Log: testLog(t)})
+	deps := Deps{NATS: s.nc, Index: idx, Tokenizer: tok, Registry: prometheus.NewRegistry(), Log: testLog(t)}
+	if cfg.TokenizerMode != TokenizerLocal {
+		deps.Tokenizer = nil
+	}
+	r, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,4 +236,27 @@ func nextInstance(t *testing.T, r *Router, body string) string {
 	}
 	defer r.release(d.st)
 	return d.inst().id
+}
+
+// Tokenizer mode engine: prompts are tokenized by an instance's /tokenize, and the
+// predictions are just as exact.
+func TestEndToEndEngineTokenizer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("second full stack; the local-tokenizer stack covers -short")
+	}
+	cfg := DefaultConfig()
+	cfg.TokenizerMode = TokenizerEngine
+	s := startStack(t, 2, cfg)
+	r := s.router
+	system := longText(77, 900)
+	first := post(t, r.URL(), "/v1/chat/completions", chatBody(system, "q", `,"max_tokens":2`))
+	for i := range 10 {
+		rep := post(t, r.URL(), "/v1/chat/completions", chatBody(system, fmt.Sprintf("q%d", i), `,"max_tokens":2`))
+		if rep.code != 200 || rep.instance != first.instance || rep.decision != "cache_hit" {
+			t.Fatalf("request %d: %d %s %s", i, rep.code, rep.instance, rep.decision)
+		}
+	}
+	if exact := value(t, r.metrics.predictionMatches.WithLabelValues("exact")); exact != 11 {
+		t.Fatalf("exact predictions %v of 11", exact)
+	}
 }

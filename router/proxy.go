@@ -57,8 +57,11 @@ func (r *Router) readBody(w http.ResponseWriter, req *http.Request) (*bytes.Buff
 	}
 	buf := bufPool.Get().(*bytes.Buffer)
 	buf.Reset()
+	rc := http.NewResponseController(w)
+	deadline := rc.SetReadDeadline(time.Now().Add(r.cfg.BodyReadTimeout)) == nil
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, req.Body, r.cfg.MaxBodyBytes))
 	if err != nil {
+		// The deadline stays: the server must not wait for the rest of a broken body.
 		bufPool.Put(buf)
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -68,6 +71,9 @@ func (r *Router) readBody(w http.ResponseWriter, req *http.Request) (*bytes.Buff
 			return nil, openai.NewError(http.StatusRequestTimeout, "invalid_request_error", "request_timeout", "request body not received in time")
 		}
 		return nil, openai.BadRequest("", "reading the request body: "+err.Error())
+	}
+	if deadline {
+		_ = rc.SetReadDeadline(time.Time{})
 	}
 	return buf, nil
 }

@@ -291,3 +291,31 @@ func TestClientCancelStopsUpstream(t *testing.T) {
 	conn.Close()
 	waitFor(t, "upstream cancelled", func() bool { return in.inFlight.Load() == 0 })
 }
+
+// A client that sends its body too slowly gets 408 and the engine sees nothing.
+func TestSlowClientBody(t *testing.T) {
+	idx := newMemIndex()
+	e := newTestEngine(t, "e", defaultTok(t), idx)
+	cfg := DefaultConfig()
+	cfg.BodyReadTimeout = 200 * time.Millisecond
+	r, _ := testRouter(t, cfg, idx, defaultTok(t))
+	fleetReady(t, r, 1)
+	conn, err := net.Dial("tcp", r.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"model\":")
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("slow body: %d, want 408", resp.StatusCode)
+	}
+	if e.requests.Load() != 0 {
+		t.Fatal("engine got the partial request")
+	}
+}
