@@ -127,6 +127,7 @@ strategy alone for comparison (prefix-hash = SageMaker PREFIX_AWARE, least-reque
 	fs.DurationVar(&cfg.PendingConfirmGrace, "pending-confirm-grace", cfg.PendingConfirmGrace, "after the engine answered, how long the index gets to confirm pending keys")
 	fs.IntVar(&cfg.PendingMaxKeys, "pending-max-keys", cfg.PendingMaxKeys, "capacity of the pending overlay, in keys")
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", cfg.MaxBodyBytes, "largest request body, in bytes (larger → 413)")
+	fs.DurationVar(&cfg.BodyReadTimeout, "body-read-timeout", cfg.BodyReadTimeout, "the whole request body must arrive within this (→ 408)")
 	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", cfg.ConnectTimeout, "upstream TCP connect timeout")
 	fs.DurationVar(&cfg.FirstByteTimeout, "first-byte-timeout", cfg.FirstByteTimeout, "upstream response-header timeout (→ 504)")
 	fs.DurationVar(&cfg.TotalTimeout, "total-timeout", cfg.TotalTimeout, "whole-request timeout")
