@@ -4,13 +4,16 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/kvroute/kvroute/kvblock"
 )
 
 func generate(t *testing.T, s *Server, prompt []uint32, lora, salt string, maxTokens int) Generation {
 	t.Helper()
-	g, err := s.Generate(context.Background(), prompt, lora, salt, maxTokens)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	g, err := s.Generate(ctx, prompt, lora, salt, maxTokens)
 	if err != nil {
 		t.Fatalf("generate: %v", err)
 	}

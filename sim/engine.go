@@ -243,8 +243,9 @@ func (e *engine) run(ctx context.Context) {
 		e.m.stepDone(dur, len(e.sched))
 		e.finishStep()
 		e.flushEvents()
+		sched := e.sched
 		e.mu.Unlock()
-		for _, r := range e.sched {
+		for _, r := range sched {
 			r.signal()
 		}
 	}

@@ -247,8 +247,8 @@ var (
 
 func realTokenizer(t *testing.T) *tokenizer.Model {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("loading the embedded tokenizer is slow under -race")
+	if testing.Short() || raceEnabled {
+		t.Skip("loading the embedded tokenizer takes 20-30 s under -race; run without -race")
 	}
 	tokOnce.Do(func() { tokVal, tokErr = tokenizer.Default() })
 	if tokErr != nil {
