@@ -42,6 +42,7 @@ type Agent struct {
 	eng     *engineClient
 	started time.Time
 	running atomic.Bool
+	live    atomic.Uint64 // live engine batches decoded (readiness probe for tests and tools)
 	sub     *subscriber
 	frames  chan [][]byte
 
@@ -250,6 +251,7 @@ func (a *Agent) onLive(ctx context.Context, frames [][]byte) {
 		return
 	}
 	a.met.batchesReceived.Inc()
+	a.live.Add(1)
 	switch {
 	case a.haveLive && seq <= a.lastLive:
 		// Backwards on the live stream: the engine restarted (vLLM sends no clear).

@@ -336,9 +336,18 @@ func (v *view) check(t testing.TB) {
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
+	eventuallyOr(t, what, cond, nil)
+}
+
+// eventuallyOr is eventually that calls explain (when not nil) before failing.
+func eventuallyOr(t testing.TB, what string, cond func() bool, explain func()) {
+	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
+			if explain != nil {
+				explain()
+			}
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
