@@ -127,7 +127,7 @@ func (r *Router) scrape(in *instance) bool {
 	return changed
 }
 
-func getJSONish(ctx context.Context, in *instance, path string) (*http.Response, error) {
+func getOK(ctx context.Context, in *instance, path string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, in.rawURL+path, nil)
 	if err != nil {
 		return nil, err
@@ -146,7 +146,7 @@ func getJSONish(ctx context.Context, in *instance, path string) (*http.Response,
 // fetchModels reads an engine's /v1/models: the entry without a parent is the base
 // model, entries with one are LoRA adapters.
 func fetchModels(ctx context.Context, in *instance) (*descriptor, error) {
-	resp, err := getJSONish(ctx, in, "/v1/models")
+	resp, err := getOK(ctx, in, "/v1/models")
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +184,7 @@ type engineLoad struct {
 // fetchLoad scrapes the vLLM gauges and counters the router uses from /metrics.
 func fetchLoad(ctx context.Context, in *instance) (engineLoad, error) {
 	var l engineLoad
-	resp, err := getJSONish(ctx, in, "/metrics")
+	resp, err := getOK(ctx, in, "/metrics")
 	if err != nil {
 		return l, err
 	}

@@ -1,10 +1,6 @@
 package router
 
-import (
-	"time"
-
-	"github.com/kvroute/kvroute/indexer"
-)
+import "github.com/kvroute/kvroute/indexer"
 
 // indexMatch is one instance's leading run of cached blocks for a lookup.
 type indexMatch = indexer.Match
@@ -23,7 +19,6 @@ type instanceInfo struct {
 	running, waiting int
 	hits, queries    float64
 	loadOK           bool
-	lastHeartbeat    time.Time
 }
 
 // indexSource is the prefix-block index as the router reads it: one Lookup per request
@@ -54,7 +49,6 @@ func (s serviceIndex) instances() []instanceInfo {
 				hitRate: in.Warmup.HitRate, fleetHitRate: in.Warmup.FleetHitRate,
 				warm: in.Warmup.Warm, warmup: in.Warmup.WarmupTime,
 			},
-			lastHeartbeat: in.LastHeartbeat,
 		}
 		if d := in.Descriptor; d != nil {
 			ii.engineURL, ii.model, ii.adapters, ii.blockSize = d.GetEngineUrl(), d.GetModel(), d.GetAdapters(), int(d.GetBlockSize())

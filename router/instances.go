@@ -1,6 +1,7 @@
 package router
 
 import (
+	"fmt"
 	"math"
 	"net"
 	"net/http"
@@ -75,9 +76,12 @@ type instance struct {
 }
 
 func newInstance(id, rawURL string, slot uint32, cfg *Config) (*instance, error) {
-	u, err := url.Parse(strings.TrimRight(rawURL, "/"))
-	if err != nil || u.Host == "" {
+	u, err := url.Parse(trimURL(rawURL))
+	if err != nil {
 		return nil, err
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("no host in URL %q", rawURL)
 	}
 	in := &instance{
 		id:      id,
@@ -152,19 +156,11 @@ type fleet struct {
 	list    []*instance // sorted by id
 	byID    map[string]*instance
 	byModel map[string][]*instance
-	models  []modelEntry
-}
-
-type modelEntry struct {
-	id      string
-	parent  string // base model for an adapter, "" for a base model
-	created int64
 }
 
 func buildFleet(list []*instance) *fleet {
 	slices.SortFunc(list, func(a, b *instance) int { return strings.Compare(a.id, b.id) })
 	f := &fleet{list: list, byID: make(map[string]*instance, len(list)), byModel: map[string][]*instance{}}
-	seen := map[string]bool{}
 	for _, in := range list {
 		f.byID[in.id] = in
 		d := in.desc.Load()
@@ -172,18 +168,9 @@ func buildFleet(list []*instance) *fleet {
 			continue
 		}
 		f.byModel[d.model] = append(f.byModel[d.model], in)
-		if !seen[d.model] {
-			seen[d.model] = true
-			f.models = append(f.models, modelEntry{id: d.model})
-		}
 		for _, a := range d.adapters {
-			if a == d.model {
-				continue
-			}
-			f.byModel[a] = append(f.byModel[a], in)
-			if !seen[a] {
-				seen[a] = true
-				f.models = append(f.models, modelEntry{id: a, parent: d.model})
+			if a != d.model {
+				f.byModel[a] = append(f.byModel[a], in)
 			}
 		}
 	}

@@ -193,7 +193,7 @@ func (r *Router) forward(w http.ResponseWriter, creq *http.Request, d *decision,
 			if resp != nil {
 				drain(resp)
 			}
-			r.done(d, outcome{code: status, engineCached: -1, promptTokens: -1, failed: kind}, fwdOpts{model: o.model, path: o.path, stream: o.stream, stripUsage: true})
+			r.done(d, outcome{code: status, engineCached: -1, promptTokens: -1, failed: kind}, o)
 			r.metrics.retries.Inc()
 			r.log.Debug("retrying on another instance", "failed", in.id, "kind", kind, "next", d.inst().id)
 			continue
@@ -566,7 +566,7 @@ func (r *Router) done(d *decision, out outcome, o fwdOpts) {
 	if prompt < 0 {
 		prompt = d.promptTokens
 	}
-	r.window.record(now, d.why, prompt, out.engineCached, d.predicted, out.failed == "")
+	r.window.record(now, d.why, prompt, out.engineCached, d.predicted)
 	in.stats.record(d.why, ttft, out.failed != "")
 	if r.log.Enabled(context.Background(), slog.LevelDebug) {
 		r.log.Debug("request routed", "instance", in.id, "decision", d.why.String(), "model", o.model,

@@ -146,9 +146,6 @@ func (r *Router) instanceFor(id, rawURL string) (*instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	if in == nil {
-		return nil, errors.New("no host in URL")
-	}
 	r.instances[id] = in
 	return in, nil
 }

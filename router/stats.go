@@ -50,7 +50,6 @@ type window struct {
 type bucket struct {
 	sec          int64
 	requests     uint64
-	ok           uint64
 	decisions    [numDecisions]uint64
 	promptTokens uint64 // of requests whose engine reported usage
 	engineCached uint64
@@ -59,7 +58,7 @@ type bucket struct {
 
 func newWindow() *window { return &window{} }
 
-func (w *window) record(now time.Time, d Decision, prompt, engineCached, predicted int, ok bool) {
+func (w *window) record(now time.Time, d Decision, prompt, engineCached, predicted int) {
 	sec := now.Unix()
 	w.mu.Lock()
 	b := &w.buckets[sec%60]
@@ -67,9 +66,6 @@ func (w *window) record(now time.Time, d Decision, prompt, engineCached, predict
 		*b = bucket{sec: sec}
 	}
 	b.requests++
-	if ok {
-		b.ok++
-	}
 	b.decisions[d]++
 	if engineCached >= 0 && prompt > 0 {
 		b.promptTokens += uint64(prompt)
@@ -92,7 +88,6 @@ func (w *window) sum(now time.Time) (bucket, float64) {
 		}
 		oldest = min(oldest, b.sec)
 		t.requests += b.requests
-		t.ok += b.ok
 		for j := range t.decisions {
 			t.decisions[j] += b.decisions[j]
 		}
