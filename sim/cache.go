@@ -41,7 +41,7 @@ func newPool(n int, ev *eventBuf) *pool {
 
 // wipe returns the pool to its initial state without emitting events.
 func (p *pool) wipe() {
-	p.head, p.tail, p.numFree, p.numCached = noBlock, noBlock, 0, 0
+	p.head, p.tail, p.numFree, p.numCached, p.evictions = noBlock, noBlock, 0, 0, 0
 	p.cached = make(map[digest]int32, len(p.blocks))
 	for i := range p.blocks {
 		p.blocks[i] = block{prev: noBlock, next: noBlock, dupNext: noBlock}

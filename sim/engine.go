@@ -504,8 +504,8 @@ func (e *engine) resetPrefixCache() bool {
 }
 
 // restart simulates an engine process restart: every request in flight fails, the cache
-// is wiped without any event, the event sequence restarts at 0 and, without a hash seed,
-// the block hashes change.
+// is wiped without any event, the event sequence restarts at 0, the metrics restart
+// from zero and, without a hash seed, the block hashes change.
 func (e *engine) restart() error {
 	none, err := noneHash(e.cfg.HashSeed)
 	if err != nil {
@@ -526,6 +526,7 @@ func (e *engine) restart() error {
 	e.none = none
 	e.ev.reset()
 	e.pool.wipe()
+	e.m.reset() // a new process starts its counters from zero
 	if e.pub != nil {
 		e.pub.restart()
 	}

@@ -117,7 +117,7 @@ func TestPreemptionWhenBlocksRunOut(t *testing.T) {
 		}
 	}
 	// 2 × (40 + 60) tokens cannot share 128 slots: one of them had to be preempted.
-	if n := counterValue(t, s.m.preemptions); n < 1 {
+	if n := counterValue(t, s.m.set().preemptions); n < 1 {
 		t.Fatalf("preemptions = %v, want ≥ 1", n)
 	}
 	if running, waiting, usage := s.Load(); running != 0 || waiting != 0 || usage != 0 {

@@ -35,7 +35,7 @@ func TestFaultDropAndStopEventsLeaveSeqGapsReplayFills(t *testing.T) {
 	if last.seq != prev.seq+3 {
 		t.Fatalf("seq %d after %d: want a gap of the 2 withheld batches", last.seq, prev.seq)
 	}
-	if got := counterValue(t, s.m.batchesDropped); got != 2 {
+	if got := counterValue(t, s.m.set().batchesDropped); got != 2 {
 		t.Fatalf("dropped batches metric %v, want 2", got)
 	}
 	// The withheld batches are in the replay buffer.
@@ -72,6 +72,10 @@ func TestFaultRestart(t *testing.T) {
 	}
 	if len(s.KVBlockKeys()) != 0 {
 		t.Fatal("cache survived the restart")
+	}
+	// Like a new process, the counters start from zero.
+	if q := counterValue(t, s.m.set().prefixQueries); q != 0 {
+		t.Fatalf("prefix_cache_queries after restart %v, want 0", q)
 	}
 
 	n := len(sub.all())

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,8 +17,19 @@ var e2eBuckets = []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 2
 var stepBuckets = []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5}
 
 // metrics are a Server's Prometheus metrics: vLLM's names and labels (model_name,
-// engine) for what vLLM exports, kvroute_sim_* for the simulator's own figures.
+// engine) for what vLLM exports, kvroute_sim_* for the simulator's own figures. It is
+// one Collector over a replaceable set, so that a simulated restart resets every
+// counter and histogram to zero, as a real engine restart does.
 type metrics struct {
+	cur   atomic.Pointer[metricSet]
+	descs []*prometheus.Desc
+	build func() *metricSet
+}
+
+// metricSet is one generation of the metrics (from start, or from the last restart).
+type metricSet struct {
+	cs []prometheus.Collector
+
 	prefixQueries, prefixHits     prometheus.Counter
 	promptTokens, genTokens       prometheus.Counter
 	preemptions                   prometheus.Counter
@@ -34,6 +46,45 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer, model string, load func() (int, int, float64), evictions func() float64) (*metrics, error) {
+	m := &metrics{build: func() *metricSet { return newMetricSet(model, load, evictions) }}
+	set := m.build()
+	ch := make(chan *prometheus.Desc, 64)
+	go func() {
+		for _, c := range set.cs {
+			c.Describe(ch)
+		}
+		close(ch)
+	}()
+	for d := range ch {
+		m.descs = append(m.descs, d)
+	}
+	m.cur.Store(set)
+	if err := reg.Register(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Describe implements prometheus.Collector.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range m.descs {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.cur.Load().cs {
+		c.Collect(ch)
+	}
+}
+
+// reset starts a new generation: every counter and histogram back to zero.
+func (m *metrics) reset() { m.cur.Store(m.build()) }
+
+func (m *metrics) set() *metricSet { return m.cur.Load() }
+
+func newMetricSet(model string, load func() (int, int, float64), evictions func() float64) *metricSet {
 	labels := prometheus.Labels{"model_name": model, "engine": "0"}
 	var cs []prometheus.Collector
 	counter := func(name, help string) prometheus.Counter {
@@ -49,7 +100,7 @@ func newMetrics(reg prometheus.Registerer, model string, load func() (int, int, 
 	gauge := func(name, help string, f func() float64) {
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, f))
 	}
-	m := &metrics{
+	m := &metricSet{
 		prefixQueries:    counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in tokens (prompt tokens of every admitted request)."),
 		prefixHits:       counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in tokens (prompt tokens served from the cache)."),
 		promptTokens:     counter("vllm:prompt_tokens_total", "Prompt tokens processed."),
@@ -75,47 +126,45 @@ func newMetrics(reg prometheus.Registerer, model string, load func() (int, int, 
 	gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", func() float64 { _, w, _ := load(); return float64(w) })
 	gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 0..1 (1 = every block in use).", func() float64 { _, _, u := load(); return u })
 	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvroute_sim_kv_cache_evictions_total", Help: "Cached blocks evicted for reuse.", ConstLabels: labels}, evictions))
-	for i, c := range cs {
-		if err := reg.Register(c); err != nil {
-			for _, done := range cs[:i] { // leave the registry as it was
-				reg.Unregister(done)
-			}
-			return nil, err
-		}
-	}
-	return m, nil
+	m.cs = cs
+	return m
 }
 
 func (m *metrics) prefixQuery(tokens, hits int) {
-	m.prefixQueries.Add(float64(tokens))
-	m.prefixHits.Add(float64(hits))
+	s := m.set()
+	s.prefixQueries.Add(float64(tokens))
+	s.prefixHits.Add(float64(hits))
 }
 
-func (m *metrics) preempted() { m.preemptions.Inc() }
-func (m *metrics) aborted()   { m.successAbort.Inc() }
+func (m *metrics) preempted() { m.set().preemptions.Inc() }
+func (m *metrics) aborted()   { m.set().successAbort.Inc() }
 
 func (m *metrics) firstToken(sim, wall time.Duration) {
-	m.ttft.Observe(sim.Seconds())
-	m.wallTTFT.Observe(wall.Seconds())
+	s := m.set()
+	s.ttft.Observe(sim.Seconds())
+	s.wallTTFT.Observe(wall.Seconds())
 }
 
 func (m *metrics) finished(prompt, gen int, e2e time.Duration) {
-	m.promptTokens.Add(float64(prompt))
-	m.genTokens.Add(float64(gen))
-	m.successLength.Inc()
-	m.e2e.Observe(e2e.Seconds())
+	s := m.set()
+	s.promptTokens.Add(float64(prompt))
+	s.genTokens.Add(float64(gen))
+	s.successLength.Inc()
+	s.e2e.Observe(e2e.Seconds())
 }
 
 func (m *metrics) stepDone(d time.Duration, _ int) {
-	m.steps.Inc()
-	m.stepDur.Observe(d.Seconds())
+	s := m.set()
+	s.steps.Inc()
+	s.stepDur.Observe(d.Seconds())
 }
 
-func (m *metrics) batchPublished()         { m.batchesPublished.Inc() }
-func (m *metrics) batchDropped(why string) { m.batchesDropped.WithLabelValues(why).Inc() }
-func (m *metrics) replayBad()              { m.replayMalformed.Inc() }
-func (m *metrics) injected()               { m.faultFailures.Inc() }
+func (m *metrics) batchPublished()         { m.set().batchesPublished.Inc() }
+func (m *metrics) batchDropped(why string) { m.set().batchesDropped.WithLabelValues(why).Inc() }
+func (m *metrics) replayBad()              { m.set().replayMalformed.Inc() }
+func (m *metrics) injected()               { m.set().faultFailures.Inc() }
 func (m *metrics) replayServed(batches int) {
-	m.replayRequests.Inc()
-	m.replayBatches.Add(float64(batches))
+	s := m.set()
+	s.replayRequests.Inc()
+	s.replayBatches.Add(float64(batches))
 }

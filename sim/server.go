@@ -250,8 +250,8 @@ func (s *Server) SetFaults(f Faults) error {
 func (s *Server) Faults() Faults { return s.eng.getFaults() }
 
 // Restart simulates an engine restart: requests in flight fail, the cache is wiped
-// without an event, the event seq restarts at 0 (and block hashes change without a
-// HashSeed).
+// without an event, the event seq restarts at 0, the metrics restart from zero, and
+// block hashes change without a HashSeed.
 func (s *Server) Restart() error { return s.eng.restart() }
 
 // ResetPrefixCache drops every cached block and publishes AllBlocksCleared; it fails
