@@ -2,7 +2,6 @@ package openai
 
 import (
 	"bytes"
-	"encoding/binary"
 	"hash/maphash"
 	"sync"
 )
@@ -24,78 +23,109 @@ const (
 type internEntry struct {
 	raw  []byte
 	str  string
+	key  uint64
 	used uint64 // clock of the last hit, for eviction
 }
 
+// The table is keyed by a hash of the first internKeyBytes raw bytes, so a lookup
+// needs no search for the closing quote: each entry with that prefix is compared
+// in full and must be followed by the closing quote in the body. A stored raw text
+// never ends inside an escape (it was a whole string), so that quote really
+// closes the string.
+const internKeyBytes = 512
+
 type internTable struct {
-	mu    sync.Mutex
-	seed  maphash.Seed
-	byKey map[uint64]*internEntry
-	total int
-	clock uint64
+	mu       sync.Mutex
+	seed     maphash.Seed
+	byPrefix map[uint64][]*internEntry
+	n        int
+	total    int
+	clock    uint64
 }
 
-var interned = internTable{seed: maphash.MakeSeed(), byKey: make(map[uint64]*internEntry)}
+var interned = internTable{seed: maphash.MakeSeed(), byPrefix: make(map[uint64][]*internEntry)}
 
-// key hashes a sample of raw — its length, its first and last 512 bytes and 32
-// bytes of every 4 KiB between — since only equal raw bytes count as a hit (checked
-// by bytes.Equal), a sample that collides just costs a miss.
-func (t *internTable) key(raw []byte) uint64 {
-	var h maphash.Hash
-	h.SetSeed(t.seed)
-	var n [8]byte
-	binary.LittleEndian.PutUint64(n[:], uint64(len(raw)))
-	h.Write(n[:])
-	const edge, stride, chunk = 512, 4 << 10, 32
-	if len(raw) <= 2*edge {
-		h.Write(raw)
-		return h.Sum64()
+func (t *internTable) key(rest []byte) (uint64, bool) {
+	if len(rest) < internMinBytes {
+		return 0, false
 	}
-	h.Write(raw[:edge])
-	for i := edge; i+chunk <= len(raw)-edge; i += stride {
-		h.Write(raw[i : i+chunk])
-	}
-	h.Write(raw[len(raw)-edge:])
-	return h.Sum64()
+	return maphash.Bytes(t.seed, rest[:internKeyBytes]), true
 }
 
-func (t *internTable) get(raw []byte) (string, bool) {
-	h := t.key(raw)
+// lookup finds a remembered string whose raw text starts rest (the body just
+// after an opening quote) and is followed by the closing quote. It returns the
+// string and the raw length.
+func (t *internTable) lookup(rest []byte) (string, int, bool) {
+	k, ok := t.key(rest)
+	if !ok {
+		return "", 0, false
+	}
 	t.mu.Lock()
-	e := t.byKey[h]
-	if e != nil {
+	cands := t.byPrefix[k]
+	var hit *internEntry
+	for _, e := range cands {
+		if len(e.raw) < len(rest) && rest[len(e.raw)] == '"' && bytes.Equal(e.raw, rest[:len(e.raw)]) {
+			hit = e
+			break
+		}
+	}
+	if hit != nil {
 		t.clock++
-		e.used = t.clock
+		hit.used = t.clock
 	}
 	t.mu.Unlock()
-	if e == nil || !bytes.Equal(e.raw, raw) {
-		return "", false
+	if hit == nil {
+		return "", 0, false
 	}
-	return e.str, true
+	return hit.str, len(hit.raw), true
 }
 
+// put remembers the decoded str of a whole raw string text.
 func (t *internTable) put(raw []byte, str string) {
-	h := t.key(raw)
-	e := &internEntry{raw: bytes.Clone(raw), str: str}
+	if len(raw) < internMinBytes || len(raw) > internMaxBytes {
+		return
+	}
+	k, _ := t.key(raw)
+	e := &internEntry{raw: bytes.Clone(raw), str: str, key: k}
 	size := len(raw) + len(str)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if old := t.byKey[h]; old != nil {
-		t.total -= len(old.raw) + len(old.str)
-	}
-	for len(t.byKey) >= internMaxEntries || (t.total+size > internMaxTotal && len(t.byKey) > 0) {
-		var victim uint64
-		var oldest *internEntry
-		for k, v := range t.byKey {
-			if oldest == nil || v.used < oldest.used {
-				victim, oldest = k, v
-			}
+	for _, old := range t.byPrefix[k] {
+		if bytes.Equal(old.raw, raw) {
+			return
 		}
-		delete(t.byKey, victim)
-		t.total -= len(oldest.raw) + len(oldest.str)
+	}
+	for t.n >= internMaxEntries || (t.total+size > internMaxTotal && t.n > 0) {
+		t.evictOldest()
 	}
 	t.clock++
 	e.used = t.clock
-	t.byKey[h] = e
+	t.byPrefix[k] = append(t.byPrefix[k], e)
+	t.n++
 	t.total += size
+}
+
+func (t *internTable) evictOldest() {
+	var oldest *internEntry
+	for _, es := range t.byPrefix {
+		for _, e := range es {
+			if oldest == nil || e.used < oldest.used {
+				oldest = e
+			}
+		}
+	}
+	es := t.byPrefix[oldest.key]
+	for i, e := range es {
+		if e == oldest {
+			es = append(es[:i], es[i+1:]...)
+			break
+		}
+	}
+	if len(es) == 0 {
+		delete(t.byPrefix, oldest.key)
+	} else {
+		t.byPrefix[oldest.key] = es
+	}
+	t.n--
+	t.total -= len(oldest.raw) + len(oldest.str)
 }

@@ -614,48 +614,16 @@ func (s *scanner) str() (string, bool) {
 		return "", false
 	}
 	start := s.i + 1
-	if end, ok := s.longStrEnd(); ok {
-		// A long string: look it up by its raw bytes before any per-byte work.
-		if str, ok := interned.get(s.b[start:end]); ok {
-			s.i = end + 1
-			return str, true
-		}
-		str, ok := s.decodeStr()
-		if ok {
-			interned.put(s.b[start:end], str)
-		}
-		return str, ok
+	// A long string seen before: found by its raw bytes, before any per-byte work.
+	if str, n, ok := interned.lookup(s.b[start:]); ok {
+		s.i = start + n + 1
+		return str, true
 	}
-	return s.decodeStr()
-}
-
-// longStrEnd returns the index of the closing quote of the string at s.i when it
-// is a candidate for the intern table (nothing is validated yet).
-func (s *scanner) longStrEnd() (int, bool) {
-	b := s.b
-	i := s.i + 1
-	for {
-		k := bytes.IndexByte(b[i:], '"')
-		if k < 0 {
-			return 0, false
-		}
-		i += k
-		n := 0 // backslashes right before the quote
-		for j := i - 1; j > s.i && b[j] == '\\'; j-- {
-			n++
-		}
-		if n%2 == 0 {
-			break
-		}
-		i++
-		if i-s.i > internMaxBytes {
-			return 0, false
-		}
+	str, ok := s.decodeStr()
+	if ok && s.i-1-start >= internMinBytes {
+		interned.put(s.b[start:s.i-1], str)
 	}
-	if l := i - s.i - 1; l < internMinBytes || l > internMaxBytes {
-		return 0, false
-	}
-	return i, true
+	return str, ok
 }
 
 // decodeStr validates and decodes the string at s.i.
