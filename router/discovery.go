@@ -64,8 +64,23 @@ func (r *Router) refresh() {
 		list = append(list, in)
 	}
 	if changed || len(list) != len(old.list) {
-		r.fleet.Store(buildFleet(list))
+		f := buildFleet(list)
+		r.fleet.Store(f)
 		r.log.Debug("fleet changed", "instances", len(list))
+		r.prune(f)
+	}
+}
+
+// prune forgets instances that left the fleet (requests still in flight keep their own
+// pointer) and closes their idle connections.
+func (r *Router) prune(f *fleet) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, in := range r.instances {
+		if f.byID[id] != in {
+			delete(r.instances, id)
+			in.client.CloseIdleConnections()
+		}
 	}
 }
 

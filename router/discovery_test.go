@@ -63,3 +63,25 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("no instance source: got %v", err)
 	}
 }
+
+// Instances the index stops listing leave the fleet and the router's memory.
+func TestInstancesLeave(t *testing.T) {
+	idx, es := threeEngines(t)
+	r, _ := testRouter(t, DefaultConfig(), idx, defaultTok(t))
+	fleetReady(t, r, 3)
+	gone := es[1].info()
+	gone.routable = false
+	idx.setInstance(gone)
+	fleetReady(t, r, 2)
+	r.mu.Lock()
+	_, kept := r.instances[gone.id]
+	r.mu.Unlock()
+	if kept {
+		t.Fatal("departed instance still tracked")
+	}
+	for i := range 10 {
+		if rep := post(t, r.URL(), "/v1/chat/completions", chatBody(longText(i, 20), "q", "")); rep.code != 200 || rep.instance == gone.id {
+			t.Fatal("routed to a departed instance")
+		}
+	}
+}
