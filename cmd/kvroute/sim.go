@@ -19,8 +19,10 @@ type simFlags struct {
 	cfg                         sim.Config
 }
 
-func newSimCmd() *cobra.Command {
-	f := &simFlags{cfg: sim.DefaultConfig()}
+func newSimCmd() *cobra.Command { return simCommand(&simFlags{cfg: sim.DefaultConfig()}) }
+
+// simCommand builds the command around f, which receives the parsed flags.
+func simCommand(f *simFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sim",
 		Short: "run a simulated vLLM engine (OpenAI API, prefix cache, KV events; no GPU)",
