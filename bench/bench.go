@@ -54,6 +54,9 @@ type Config struct {
 	ConcurrencyThreshold int
 	// RequestTimeout bounds one request (wall time).
 	RequestTimeout time.Duration
+	// Repeat runs each policy this many times (interleaved) and reports the median of
+	// each figure with its range (0 or 1 = once).
+	Repeat int
 
 	// Quick asserts kv-aware ≥ prefix-hash ≥ least-request on shared-prefix hit rate.
 	Quick bool
@@ -133,6 +136,8 @@ func (c *Config) Validate() error {
 		return bad("qps %v: want ≥ 0", c.QPS)
 	case c.QPS == 0 && c.Concurrency < 1:
 		return bad("give --qps (open loop) or --concurrency ≥ 1 (closed loop)")
+	case c.Repeat < 0 || c.Repeat > 100:
+		return bad("repeat %d: want 0..100", c.Repeat)
 	case c.Requests < 0 || c.Engines < 0 || c.Documents < 0 || c.DocTokens < 0 || c.QuestionTokens < 0 || c.NumGPUBlocks < 0:
 		return bad("counts must be ≥ 0")
 	case c.ConcurrencyThreshold < 0 || c.ConcurrencyThreshold > 1024:
@@ -288,12 +293,20 @@ func (b *Bench) runWorkload(ctx context.Context, name string) (*WorkloadResult, 
 	wr := &WorkloadResult{Name: name, OracleHitRate: Float(oracle.HitRate()), Requests: len(tr.Requests),
 		Engines: tr.Engines, Joins: tr.Joins, Mode: mode, PromptTokens: oracle.QueryTokens}
 	b.log.Info("workload", "name", name, "requests", len(tr.Requests), "oracle_hit_rate", oracle.HitRate())
-	for _, p := range b.cfg.Policies {
-		pr, err := b.runPolicy(ctx, tr, p, oracle.HitRate())
-		if err != nil {
-			return nil, fmt.Errorf("bench: %s under %s: %w", name, p, err)
+	repeat := max(b.cfg.Repeat, 1)
+	runs := make([][]PolicyResult, len(b.cfg.Policies))
+	// Repetitions interleave the policies, so slow phases of a noisy machine fall on all.
+	for r := 0; r < repeat; r++ {
+		for i, p := range b.cfg.Policies {
+			pr, err := b.runPolicy(ctx, tr, p, oracle.HitRate())
+			if err != nil {
+				return nil, fmt.Errorf("bench: %s under %s: %w", name, p, err)
+			}
+			runs[i] = append(runs[i], *pr)
 		}
-		wr.Policies = append(wr.Policies, *pr)
+	}
+	for i := range b.cfg.Policies {
+		wr.Policies = append(wr.Policies, combineRuns(runs[i]))
 	}
 	wr.Targets = CheckTargets(wr)
 	return wr, nil

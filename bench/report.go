@@ -147,6 +147,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "%d requests (%d prompt tokens), %d engines%s, %s. Oracle hit rate (unbounded cache): %s.\n\n",
 			wl.Requests, wl.PromptTokens, wl.Engines, joins, wl.Mode, fmtF(wl.OracleHitRate, "%.3f"))
+		if len(wl.Policies) > 0 && wl.Policies[0].Runs > 1 {
+			fmt.Fprintf(&b, "Each figure is the median of %d runs per policy (ranges in the JSON); errors are summed.\n\n", wl.Policies[0].Runs)
+		}
 		b.WriteString("| policy | TTFT p50 (s) | TTFT p90 (s) | TTFT p99 (s) | hit rate | of oracle | throughput (req/s) | overflow | routing p50 / p99 (ms) | warm-up (s) | hit-rate dip | errors |\n")
 		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, p := range wl.Policies {

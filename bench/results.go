@@ -87,6 +87,11 @@ type PolicyResult struct {
 	// joins, of every instance from the start) that got warm; null if none did.
 	WarmupS Float `json:"warmup_s"`
 
+	// Runs is how many times the policy ran; with more than one, every figure above is
+	// the median over the runs and Range holds each figure's [min, max].
+	Runs  int                 `json:"runs"`
+	Range map[string][2]Float `json:"range,omitempty"`
+
 	Requests  int `json:"requests"`
 	Completed int `json:"completed"`
 	Errors    int `json:"errors"`
@@ -160,7 +165,7 @@ func analyze(d runData, oracle float64) PolicyResult {
 	nan := Float(math.NaN())
 	scale := d.TimeScale
 	res := PolicyResult{
-		Policy: d.Policy, Requests: len(d.Samples), Decisions: map[string]int{},
+		Policy: d.Policy, Runs: 1, Requests: len(d.Samples), Decisions: map[string]int{},
 		HitRate: nan, OracleFraction: nan, TTFTP50S: nan, TTFTP90S: nan, TTFTP99S: nan,
 		ThroughputRPS: nan, MakespanThroughputRPS: nan, OverflowRatio: nan, WarmupS: nan, ClientHitRate: nan, HitRateDip: nan,
 		RoutingOverheadP50S: Float(d.Router.RoutingP50), RoutingOverheadP99S: Float(d.Router.RoutingP99),
@@ -395,4 +400,78 @@ func warmups(d runData, window, span time.Duration) ([]InstanceWarmup, Float) {
 		return out, Float(math.NaN())
 	}
 	return out, Float(sum / float64(warm))
+}
+
+// combineRuns merges repeated runs of one policy: the median of every figure, its range,
+// summed counts, and the series (CDF, curves) of the run whose P50 TTFT is the median.
+func combineRuns(runs []PolicyResult) PolicyResult {
+	if len(runs) == 1 {
+		return runs[0]
+	}
+	fields := []struct {
+		name string
+		get  func(*PolicyResult) *Float
+	}{
+		{"hit_rate", func(p *PolicyResult) *Float { return &p.HitRate }},
+		{"oracle_fraction", func(p *PolicyResult) *Float { return &p.OracleFraction }},
+		{"ttft_p50_s", func(p *PolicyResult) *Float { return &p.TTFTP50S }},
+		{"ttft_p90_s", func(p *PolicyResult) *Float { return &p.TTFTP90S }},
+		{"ttft_p99_s", func(p *PolicyResult) *Float { return &p.TTFTP99S }},
+		{"throughput_rps", func(p *PolicyResult) *Float { return &p.ThroughputRPS }},
+		{"makespan_throughput_rps", func(p *PolicyResult) *Float { return &p.MakespanThroughputRPS }},
+		{"overflow_ratio", func(p *PolicyResult) *Float { return &p.OverflowRatio }},
+		{"routing_overhead_p50_s", func(p *PolicyResult) *Float { return &p.RoutingOverheadP50S }},
+		{"routing_overhead_p99_s", func(p *PolicyResult) *Float { return &p.RoutingOverheadP99S }},
+		{"warmup_s", func(p *PolicyResult) *Float { return &p.WarmupS }},
+		{"hit_rate_dip", func(p *PolicyResult) *Float { return &p.HitRateDip }},
+		{"client_hit_rate", func(p *PolicyResult) *Float { return &p.ClientHitRate }},
+		{"duration_s", func(p *PolicyResult) *Float { return &p.DurationS }},
+		{"wall_s", func(p *PolicyResult) *Float { return &p.WallS }},
+	}
+	// The representative run keeps the series: the one with the median P50 TTFT.
+	order := make([]int, len(runs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		x, y := runs[order[a]].TTFTP50S, runs[order[b]].TTFTP50S
+		return x.Valid() && (!y.Valid() || x < y)
+	})
+	out := runs[order[len(order)/2]]
+	out.Runs = len(runs)
+	out.Range = map[string][2]Float{}
+	for _, f := range fields {
+		var vals []float64
+		for i := range runs {
+			if v := *f.get(&runs[i]); v.Valid() {
+				vals = append(vals, float64(v))
+			}
+		}
+		if len(vals) == 0 {
+			*f.get(&out) = Float(math.NaN())
+			continue
+		}
+		sort.Float64s(vals)
+		*f.get(&out) = Float(percentileSorted(vals, 50))
+		out.Range[f.name] = [2]Float{Float(vals[0]), Float(vals[len(vals)-1])}
+	}
+	out.Requests, out.Completed, out.Errors, out.RoutingSamples = 0, 0, 0, 0
+	out.Decisions = map[string]int{}
+	out.FirstErrors = nil
+	for i := range runs {
+		r := &runs[i]
+		out.Requests += r.Requests
+		out.Completed += r.Completed
+		out.Errors += r.Errors
+		out.RoutingSamples += r.RoutingSamples
+		for k, v := range r.Decisions {
+			out.Decisions[k] += v
+		}
+		for _, e := range r.FirstErrors {
+			if len(out.FirstErrors) < 5 {
+				out.FirstErrors = append(out.FirstErrors, e)
+			}
+		}
+	}
+	return out
 }

@@ -101,3 +101,31 @@ func TestAnalyzeNothingMeasured(t *testing.T) {
 		}
 	}
 }
+
+func TestCombineRuns(t *testing.T) {
+	mk := func(p50, tput float64, errs int) PolicyResult {
+		return PolicyResult{Policy: "kv-aware", Runs: 1, TTFTP50S: Float(p50), ThroughputRPS: Float(tput), HitRate: 0.5,
+			WarmupS: Float(math.NaN()), Requests: 10, Completed: 10 - errs, Errors: errs, Decisions: map[string]int{"cache_hit": 10},
+			TTFTCDF: []CDFPoint{{p50, 1}}}
+	}
+	one := mk(1, 1, 0)
+	if got := combineRuns([]PolicyResult{one}); got.Runs != 1 || got.Range != nil {
+		t.Fatalf("one run must pass through: %+v", got)
+	}
+	got := combineRuns([]PolicyResult{mk(3, 10, 0), mk(1, 30, 1), mk(2, 20, 0)})
+	if got.Runs != 3 || got.TTFTP50S != 2 || got.ThroughputRPS != 20 || got.HitRate != 0.5 {
+		t.Fatalf("medians: %+v", got)
+	}
+	if r := got.Range["ttft_p50_s"]; r != [2]Float{1, 3} {
+		t.Fatalf("range %v", r)
+	}
+	if got.WarmupS.Valid() {
+		t.Fatal("a figure no run measured stays unmeasured")
+	}
+	if got.Requests != 30 || got.Errors != 1 || got.Completed != 29 || got.Decisions["cache_hit"] != 30 {
+		t.Fatalf("counts: %+v", got)
+	}
+	if got.TTFTCDF[0].X != 2 {
+		t.Fatalf("series should come from the median run, got CDF %v", got.TTFTCDF)
+	}
+}

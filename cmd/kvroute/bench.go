@@ -25,6 +25,7 @@ type benchFlags struct {
 	timeScale                            float64
 	threshold                            int
 	requestTimeout                       time.Duration
+	repeat                               int
 	quick, noProgress                    bool
 	jsonOut, mdOut, htmlOut              string
 	logLevel, logFormat                  string
@@ -69,6 +70,7 @@ non-zero unless kv-aware ≥ prefix-hash ≥ least-request on hit rate.`,
 	fs.Float64Var(&f.timeScale, "time-scale", d.TimeScale, "wall seconds per simulated second (0.5 = twice as fast as real time)")
 	fs.IntVar(&f.threshold, "concurrency-threshold", d.ConcurrencyThreshold, "router in-flight threshold per instance before overflow (1..1024; 0 = router default)")
 	fs.DurationVar(&f.requestTimeout, "request-timeout", d.RequestTimeout, "timeout of one request, wall time")
+	fs.IntVar(&f.repeat, "repeat", 1, "runs per policy (interleaved); figures are the medians, ranges in the JSON")
 	fs.BoolVar(&f.quick, "quick", false, "short shared-prefix run (≤ 2 min) asserting kv-aware ≥ prefix-hash ≥ least-request on hit rate")
 	fs.BoolVar(&f.noProgress, "no-progress", false, "no progress bar on stderr")
 	fs.StringVar(&f.jsonOut, "json", "", "write the JSON report to FILE")
@@ -119,7 +121,7 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 		cfg.TimeScale = f.timeScale
 	}
 	cfg.QPS, cfg.Engines, cfg.DocTokens, cfg.QuestionTokens = f.qps, f.engines, f.docTokens, f.questionTokens
-	cfg.Profile, cfg.ConcurrencyThreshold, cfg.RequestTimeout = f.profile, f.threshold, f.requestTimeout
+	cfg.Profile, cfg.ConcurrencyThreshold, cfg.RequestTimeout, cfg.Repeat = f.profile, f.threshold, f.requestTimeout, f.repeat
 	if !f.noProgress {
 		cfg.Progress = os.Stderr
 	}
