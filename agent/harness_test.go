@@ -342,7 +342,13 @@ func eventually(t testing.TB, what string, cond func() bool) {
 // eventuallyOr is eventually that calls explain (when not nil) before failing.
 func eventuallyOr(t testing.TB, what string, cond func() bool, explain func()) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	eventuallyWithin(t, 15*time.Second, what, cond, explain)
+}
+
+// eventuallyWithin polls cond for up to d.
+func eventuallyWithin(t testing.TB, d time.Duration, what string, cond func() bool, explain func()) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
 			if explain != nil {
