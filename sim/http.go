@@ -196,13 +196,52 @@ func (p *responder) words(from, to int) string {
 	return p.text.String()
 }
 
-func (p *responder) usage(snap snapshot) map[string]any {
-	return map[string]any{
-		"prompt_tokens":         p.r.numPrompt,
-		"completion_tokens":     snap.out,
-		"total_tokens":          p.r.numPrompt + snap.out,
-		"prompt_tokens_details": map[string]any{"cached_tokens": snap.cached},
-	}
+// Response bodies in OpenAI's (and vLLM's) shape.
+type usageJSON struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	TotalTokens         int `json:"total_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+type messageJSON struct {
+	Role      string `json:"role"`
+	Content   string `json:"content"`
+	ToolCalls []any  `json:"tool_calls"`
+}
+
+type deltaJSON struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+type choiceJSON struct {
+	Index        int          `json:"index"`
+	Text         *string      `json:"text,omitempty"`
+	Message      *messageJSON `json:"message,omitempty"`
+	Delta        *deltaJSON   `json:"delta,omitempty"`
+	Logprobs     any          `json:"logprobs"`
+	FinishReason *string      `json:"finish_reason"`
+	StopReason   any          `json:"stop_reason"`
+}
+
+type responseJSON struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []choiceJSON `json:"choices"`
+	Usage   *usageJSON   `json:"usage,omitempty"`
+}
+
+var finishLength = "length"
+
+func (p *responder) usage(snap snapshot) *usageJSON {
+	u := &usageJSON{PromptTokens: p.r.numPrompt, CompletionTokens: snap.out, TotalTokens: p.r.numPrompt + snap.out}
+	u.PromptTokensDetails.CachedTokens = snap.cached
+	return u
 }
 
 func (p *responder) setTimingHeaders(snap snapshot) {
@@ -228,32 +267,27 @@ func (p *responder) whole(ctx context.Context) {
 		return
 	}
 	text := p.words(0, snap.out)
-	choice := map[string]any{"index": 0, "logprobs": nil, "finish_reason": "length", "stop_reason": nil}
+	choice := choiceJSON{FinishReason: &finishLength}
 	object := "text_completion"
 	if p.chat {
 		object = "chat.completion"
-		choice["message"] = map[string]any{"role": "assistant", "content": text, "tool_calls": []any{}}
+		choice.Message = &messageJSON{Role: "assistant", Content: text, ToolCalls: []any{}}
 	} else {
-		choice["text"] = text
+		choice.Text = &text
 	}
 	p.setTimingHeaders(snap)
-	writeJSON(p.w, http.StatusOK, map[string]any{
-		"id": p.id, "object": object, "created": p.created, "model": p.req.Model,
-		"choices": []any{choice}, "usage": p.usage(snap),
-	})
+	writeJSON(p.w, http.StatusOK, responseJSON{ID: p.id, Object: object, Created: p.created, Model: p.req.Model,
+		Choices: []choiceJSON{choice}, Usage: p.usage(snap)})
 }
 
-func (p *responder) chunk(choice map[string]any, usage map[string]any) []byte {
+func (p *responder) chunk(choice *choiceJSON, usage *usageJSON) []byte {
 	object := "text_completion"
 	if p.chat {
 		object = "chat.completion.chunk"
 	}
-	m := map[string]any{"id": p.id, "object": object, "created": p.created, "model": p.req.Model, "choices": []any{}}
+	m := responseJSON{ID: p.id, Object: object, Created: p.created, Model: p.req.Model, Choices: []choiceJSON{}, Usage: usage}
 	if choice != nil {
-		m["choices"] = []any{choice}
-	}
-	if usage != nil {
-		m["usage"] = usage
+		m.Choices = []choiceJSON{*choice}
 	}
 	var b bytes.Buffer
 	b.WriteString("data: ")
@@ -283,7 +317,8 @@ func (p *responder) stream(ctx context.Context, cut bool) {
 	flusher, _ := p.w.(http.Flusher)
 	cutAt := max(1, p.r.maxOut/2)
 	if p.chat {
-		_, _ = p.w.Write(p.chunk(map[string]any{"index": 0, "delta": map[string]any{"role": "assistant", "content": ""}, "logprobs": nil, "finish_reason": nil}, nil))
+		empty := ""
+		_, _ = p.w.Write(p.chunk(&choiceJSON{Delta: &deltaJSON{Role: "assistant", Content: &empty}}, nil))
 	}
 	sent := 0
 	for {
@@ -293,17 +328,16 @@ func (p *responder) stream(ctx context.Context, cut bool) {
 		}
 		if upto > sent {
 			text := p.words(sent, upto)
-			choice := map[string]any{"index": 0, "logprobs": nil, "finish_reason": nil}
+			choice := choiceJSON{}
 			if p.chat {
-				choice["delta"] = map[string]any{"content": text}
+				choice.Delta = &deltaJSON{Content: &text}
 			} else {
-				choice["text"] = text
+				choice.Text = &text
 			}
 			if snap.done && snap.err == nil && upto == snap.out {
-				choice["finish_reason"] = "length"
-				choice["stop_reason"] = nil
+				choice.FinishReason = &finishLength
 			}
-			_, _ = p.w.Write(p.chunk(choice, nil))
+			_, _ = p.w.Write(p.chunk(&choice, nil))
 			sent = upto
 			if flusher != nil {
 				flusher.Flush()

@@ -292,6 +292,22 @@ func TestHTTPTextAndChatWithTokenizer(t *testing.T) {
 	if got := s.KVBlockKeys(); !slices.Equal(got, want) {
 		t.Fatalf("cached keys %x, want the keys of /tokenize's tokens %x", got, want)
 	}
+	// Streaming chat: the role first, then content deltas, finish_reason, [DONE].
+	resp, err := http.Post(s.URL()+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"Qwen/Qwen3-0.6B","messages":`+messages+`,"max_tokens":4,"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunks, done, err := sse(t, resp.Body)
+	resp.Body.Close()
+	if err != nil || !done || len(chunks) < 2 {
+		t.Fatalf("chat stream: %d chunks, done=%v, err=%v", len(chunks), done, err)
+	}
+	first := chunks[0]["choices"].([]any)[0].(map[string]any)["delta"].(map[string]any)
+	last := chunks[len(chunks)-1]["choices"].([]any)[0].(map[string]any)
+	if chunks[0]["object"] != "chat.completion.chunk" || first["role"] != "assistant" || last["finish_reason"] != "length" {
+		t.Fatalf("chat stream chunks: %v", chunks)
+	}
 	// A text prompt and /detokenize.
 	_, b = post(t, s.URL()+"/v1/completions", `{"model":"Qwen/Qwen3-0.6B","prompt":"Hello world, this is a fox.","max_tokens":2}`)
 	var c completion
