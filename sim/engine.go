@@ -503,6 +503,33 @@ func (e *engine) resetPrefixCache() bool {
 	return true
 }
 
+// failAll ends every request in flight with err. Call with mu held; signal the
+// returned requests after unlocking.
+func (e *engine) failAll(err error) []*request {
+	var failed []*request
+	for _, q := range [][]*request{e.running, e.waiting} {
+		for _, r := range q {
+			r.mu.Lock()
+			r.done, r.err = true, err
+			r.mu.Unlock()
+			failed = append(failed, r)
+		}
+	}
+	e.running, e.waiting, e.sched = nil, nil, nil
+	return failed
+}
+
+// shutdown fails every request in flight (the server is closing).
+func (e *engine) shutdown() {
+	e.mu.Lock()
+	failed := e.failAll(ErrClosed)
+	e.gen++ // a step in progress must not deliver
+	e.mu.Unlock()
+	for _, r := range failed {
+		r.signal()
+	}
+}
+
 // restart simulates an engine process restart: every request in flight fails, the cache
 // is wiped without any event, the event sequence restarts at 0, the metrics restart
 // from zero and, without a hash seed, the block hashes change.
@@ -512,16 +539,7 @@ func (e *engine) restart() error {
 		return err
 	}
 	e.mu.Lock()
-	var failed []*request
-	for _, q := range [][]*request{e.running, e.waiting} {
-		for _, r := range q {
-			r.mu.Lock()
-			r.done, r.err = true, ErrRestarted
-			r.mu.Unlock()
-			failed = append(failed, r)
-		}
-	}
-	e.running, e.waiting, e.sched = nil, nil, nil
+	failed := e.failAll(ErrRestarted)
 	e.gen++
 	e.none = none
 	e.ev.reset()

@@ -178,6 +178,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.cancel()
+	s.eng.shutdown() // requests in flight end now (503), so handlers return promptly
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	err := s.srv.Shutdown(ctx)

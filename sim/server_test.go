@@ -73,3 +73,28 @@ func TestServerLifecycle(t *testing.T) {
 		t.Fatalf("Start after Close: %v", err)
 	}
 }
+
+// Close ends requests in flight promptly with ErrClosed.
+func TestCloseFailsRequestsInFlight(t *testing.T) {
+	cfg := testConfig()
+	cfg.TimeScale = 1
+	s, err := New(cfg, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Generate(context.Background(), seqTokens(1, 32), "", "", 5000) // ~10 s
+		errc <- err
+	}()
+	eventually(t, "the request to run", func() bool { running, _, _ := s.Load(); return running == 1 })
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, ErrClosed) {
+		t.Fatalf("in-flight request: %v, want ErrClosed", err)
+	}
+}
