@@ -257,17 +257,19 @@ func analyze(d runData, oracle float64) PolicyResult {
 	if window <= 0 {
 		window = time.Second
 	}
-	res.HitRateOverTime = hitRateSeries(d.Samples, "", 0, span, window, scale)
+	res.HitRateOverTime = hitRateSeries(d.Samples, "", 0, span, window, scale, 1)
 	if d.JoinAt > 0 {
-		res.HitRateDip = hitRateDip(d.Samples, d.JoinAt, window, span)
+		// Windows of a tenth of the run: a twentieth holds too few requests for a rate.
+		res.HitRateDip = hitRateDip(d.Samples, d.JoinAt, 2*window, span)
 	}
 	res.Instances, res.WarmupS = warmups(d, window, span)
 	return res
 }
 
 // hitRateSeries buckets completed requests (of one instance, or all with inst "") by
-// completion time into windows and returns Σcached/Σprompt per window, from `from`.
-func hitRateSeries(samples []Sample, inst string, from, span, window time.Duration, scale float64) []Point {
+// completion time into windows and returns Σcached/Σprompt per window, from `from`; with
+// smooth > 1 each point covers the trailing smooth windows (a rolling rate).
+func hitRateSeries(samples []Sample, inst string, from, span, window time.Duration, scale float64, smooth int) []Point {
 	n := int((span-from)/window) + 1
 	if n < 1 {
 		return nil
@@ -290,13 +292,19 @@ func hitRateSeries(samples []Sample, inst string, from, span, window time.Durati
 		cached[b] += int64(s.CachedTokens)
 		prompt[b] += int64(s.PromptTokens)
 	}
+	smooth = max(smooth, 1)
 	var out []Point
 	for b := 0; b < n; b++ {
 		if prompt[b] == 0 {
 			continue
 		}
+		var c, p int64
+		for k := max(0, b-smooth+1); k <= b; k++ {
+			c += cached[k]
+			p += prompt[k]
+		}
 		t := (from + time.Duration(b+1)*window).Seconds() / scale
-		out = append(out, Point{T: t, V: Float(float64(cached[b]) / float64(prompt[b]))})
+		out = append(out, Point{T: t, V: Float(float64(c) / float64(p))})
 	}
 	return out
 }
@@ -330,7 +338,7 @@ func hitRateDip(samples []Sample, join, window, span time.Duration) Float {
 		return Float(math.NaN())
 	}
 	low := math.Inf(1)
-	for t := join; t < span; t += window {
+	for t := join; t < span; t += window / 2 {
 		if r, n := rate(samples, "", t, t+window); n > 0 && r < low {
 			low = r
 		}
@@ -389,7 +397,8 @@ func warmups(d runData, window, span time.Duration) ([]InstanceWarmup, Float) {
 				break
 			}
 		}
-		iw.Curve = hitRateSeries(d.Samples, id, joined, span, window, scale)
+		// Per instance a window holds few requests: the curve is a rolling rate over 3 windows.
+		iw.Curve = hitRateSeries(d.Samples, id, joined, span, window, scale, 3)
 		if (!midRun || joined > 0) && iw.WarmupS.Valid() {
 			sum += float64(iw.WarmupS)
 			warm++
