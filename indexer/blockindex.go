@@ -168,6 +168,7 @@ func placeSlot(slots []uint64, bits uint, h uint64, idx uint32) {
 func (x *BlockIndex) growSlots() {
 	old := x.slots
 	x.slots = make([]uint64, 2*len(old))
+	adviseHugePages(x.slots)
 	x.bits++
 	for _, s := range old {
 		if s != 0 {

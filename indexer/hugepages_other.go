@@ -1,0 +1,5 @@
+//go:build !linux
+
+package indexer
+
+func adviseHugePages([]uint64) {}
