@@ -55,7 +55,10 @@ type Request struct {
 	// routing group.
 	PromptCacheKey string
 
-	// Chat fields.
+	// Chat fields. Messages and Tools hold decoded JSON (map[string]any, []any, string,
+	// float64, bool, nil), except that objects inside Tools and inside each message's
+	// "tool_calls" are *tokenizer.Object, which keep their key order: chat templates print
+	// them with tojson, and the reference prints keys in document order.
 	Messages             []map[string]any
 	Tools                []any
 	AddGenerationPrompt  bool
