@@ -15,7 +15,7 @@ func (r *Router) serveInvocations(w http.ResponseWriter, req *http.Request) {
 		r.reject(w, err, "")
 		return
 	}
-	defer bufPool.Put(buf)
+	defer putBuf(buf)
 	body := buf.Bytes()
 	st := r.scratch.Get().(*reqState)
 	d := &st.d

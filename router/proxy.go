@@ -28,7 +28,20 @@ const (
 // maxResponseBytes bounds a buffered (non-streaming) upstream response body.
 const maxResponseBytes = 256 << 20
 
-var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+var (
+	bufPool   = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+	chunkPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+)
+
+// maxPooledBytes: buffers that grew beyond this (huge bodies) are left to the GC rather
+// than kept in the pool.
+const maxPooledBytes = 1 << 20
+
+func putBuf(b *bytes.Buffer) {
+	if b.Cap() <= maxPooledBytes {
+		bufPool.Put(b)
+	}
+}
 
 // hopHeaders are connection-level headers a proxy must not forward.
 var hopHeaders = []string{
@@ -62,7 +75,7 @@ func (r *Router) readBody(w http.ResponseWriter, req *http.Request) (*bytes.Buff
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, req.Body, r.cfg.MaxBodyBytes))
 	if err != nil {
 		// The deadline stays: the server must not wait for the rest of a broken body.
-		bufPool.Put(buf)
+		putBuf(buf)
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, fmt.Errorf("%w: limit %d bytes", ErrTooLarge, r.cfg.MaxBodyBytes)
@@ -86,7 +99,7 @@ func (r *Router) serveOpenAI(w http.ResponseWriter, req *http.Request, parse fun
 		r.reject(w, err, "")
 		return
 	}
-	defer bufPool.Put(buf)
+	defer putBuf(buf)
 	parsed, err := parse(buf.Bytes())
 	if err != nil {
 		r.reject(w, err, "")
@@ -311,7 +324,7 @@ func (r *Router) relay(w http.ResponseWriter, creq *http.Request, resp *http.Res
 	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	if !sse {
 		buf := bufPool.Get().(*bytes.Buffer)
-		defer bufPool.Put(buf)
+		defer putBuf(buf)
 		buf.Reset()
 		_, err := buf.ReadFrom(io.LimitReader(resp.Body, maxResponseBytes))
 		out.firstByte = time.Now()
@@ -338,7 +351,9 @@ func (r *Router) relay(w http.ResponseWriter, creq *http.Request, resp *http.Res
 	rc := http.NewResponseController(w)
 	_ = rc.Flush()
 	s := sseRelay{w: w, strip: o.stripUsage, out: &out}
-	chunk := make([]byte, 32<<10)
+	cp := chunkPool.Get().(*[]byte)
+	defer chunkPool.Put(cp)
+	chunk := *cp
 	for {
 		n, err := resp.Body.Read(chunk)
 		if n > 0 {

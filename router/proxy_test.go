@@ -73,6 +73,19 @@ func TestClientErrors(t *testing.T) {
 			}
 		})
 	}
+	for path, want := range map[string]int{"/v1/chat/completions": 405, "/v1/embeddings": 404} {
+		resp, err := http.Get(r.URL() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sb strings.Builder
+		_, _ = bufio.NewReader(resp.Body).WriteTo(&sb)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("GET %s: %d, want %d", path, resp.StatusCode, want)
+		}
+		decodeErr(t, sb.String())
+	}
 	for _, e := range es {
 		if n := e.requests.Load(); n != 0 {
 			t.Fatalf("engine %s got %d requests from rejected input", e.id, n)

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kvroute/kvroute/indexer"
+	"github.com/kvroute/kvroute/internal/openai"
 	"github.com/kvroute/kvroute/tokenizer"
 )
 
@@ -303,6 +304,17 @@ func (r *Router) routes() http.Handler {
 	if r.gather != nil && r.cfg.MetricsPath != "" {
 		mux.Handle("GET "+r.cfg.MetricsPath, promhttp.HandlerFor(r.gather, promhttp.HandlerOpts{}))
 	}
+	// Anything else gets an OpenAI-shaped 404, or 405 on a known path.
+	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
+		switch req.URL.Path {
+		case "/v1/chat/completions", "/v1/completions", "/invocations", "/v1/models", "/healthz", "/readyz", "/api/stats":
+			openai.WriteError(w, openai.NewError(http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed",
+				fmt.Sprintf("method %s not allowed on %s", req.Method, req.URL.Path)))
+		default:
+			openai.WriteError(w, openai.NewError(http.StatusNotFound, "invalid_request_error", "not_found",
+				fmt.Sprintf("no route %s %s", req.Method, req.URL.Path)))
+		}
+	})
 	return mux
 }
 
