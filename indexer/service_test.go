@@ -534,3 +534,72 @@ func seriesCount(t testing.TB, reg *prometheus.Registry, name string) int {
 	}
 	return 0
 }
+
+// TestServiceSnapshotProtocolErrors: an agent error, a chunk of another instance, and
+// chunks out of order are each refused (counted, retried); a good answer then wins.
+func TestServiceSnapshotProtocolErrors(t *testing.T) {
+	url := startNATS(t)
+	a := newFakeAgent(t, url, "eng-odd")
+	a.stopSnapshots()
+	a.change([]uint64{1, 2, 3}, nil, false)
+	a.change([]uint64{4}, nil, false)
+	replies := [][]*kvroutev1.SnapshotChunk{
+		{{Instance: "eng-odd", Error: "mirror not ready"}},
+		{{Instance: "someone-else", Epoch: a.epoch, Seq: 2, Last: true, Keys: []uint64{9}}},
+		{{Instance: "eng-odd", Epoch: a.epoch, Seq: 2, Chunk: 0, Keys: []uint64{1}},
+			{Instance: "eng-odd", Epoch: a.epoch, Seq: 2, Chunk: 2, Last: true, Keys: []uint64{2}}},
+	}
+	var mu sync.Mutex
+	n := 0
+	sub, err := a.nc.Subscribe(kvroutev1.SubjectSnapshot+a.id, func(m *nats.Msg) {
+		mu.Lock()
+		r := replies[n%len(replies)]
+		n++
+		mu.Unlock()
+		for _, c := range r {
+			data, _ := proto.Marshal(c)
+			_ = a.nc.Publish(m.Reply, data)
+		}
+	})
+	must(t, err)
+	must(t, a.nc.Flush())
+	e := startService(t, url, testConfig())
+	stop := a.heartbeatLoop(30 * time.Millisecond)
+	defer stop()
+	eventually(t, 5*time.Second, "three refused snapshots", func() bool {
+		return metricValue(t, e.svc.m.snapshotErrors) >= 3
+	})
+	if s := e.state(a.id); s != StateJoining {
+		t.Fatalf("state %v after bad snapshots, want joining", s)
+	}
+	if got := e.svc.Index().InstanceKeys(a.id, nil); len(got) != 0 {
+		t.Fatalf("bad snapshots stored keys %v", got)
+	}
+	must(t, sub.Unsubscribe())
+	a.serveSnapshots()
+	eventually(t, 5*time.Second, "good snapshot", func() bool { return sameKeys(e, a) && e.state(a.id) == StateReady })
+}
+
+// TestServiceBufferOverflow: while an agent does not answer, more batches arrive than the
+// buffer holds; the overflow is counted and the later snapshot still makes the index exact.
+func TestServiceBufferOverflow(t *testing.T) {
+	url := startNATS(t)
+	cfg := testConfig()
+	cfg.MaxBufferedBatches = 4
+	a := newFakeAgent(t, url, "eng-flood")
+	a.stopSnapshots()
+	a.change([]uint64{1}, nil, false)
+	a.change([]uint64{2}, nil, false) // the index starts after these: it must snapshot
+	e := startService(t, url, cfg)
+	rng := rand.New(rand.NewPCG(13, 14))
+	for range 20 {
+		a.change(randKeys(rng, 2), nil, false)
+	}
+	eventually(t, 5*time.Second, "overflow counted", func() bool { return metricValue(t, e.svc.m.bufferOverflows) >= 1 })
+	a.serveSnapshots()
+	stop := a.heartbeatLoop(30 * time.Millisecond)
+	defer stop()
+	eventually(t, 5*time.Second, "exact after overflow", func() bool { return sameKeys(e, a) && e.state(a.id) == StateReady })
+	a.change(randKeys(rng, 2), nil, false)
+	eventually(t, 5*time.Second, "follows afterwards", func() bool { return sameKeys(e, a) })
+}
