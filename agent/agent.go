@@ -413,7 +413,7 @@ func (a *Agent) flush() {
 // flushLocked publishes the mirror's net change since the last flush, if any.
 func (a *Agent) flushLocked() {
 	if !a.mir.flush(&a.out, &a.pool) {
-		a.met.keysHeld.Set(float64(len(a.mir.keys)))
+		a.met.keysHeld.Set(float64(a.mir.numKeys()))
 		return
 	}
 	start := time.Now()
@@ -431,7 +431,7 @@ func (a *Agent) flushLocked() {
 		a.publishLocked(out)
 	}
 	a.met.publishDuration.Observe(time.Since(start).Seconds())
-	a.met.keysHeld.Set(float64(len(a.mir.keys)))
+	a.met.keysHeld.Set(float64(a.mir.numKeys()))
 }
 
 func (a *Agent) publishLocked(b *kvroutev1.EventBatch) {

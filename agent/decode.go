@@ -400,7 +400,17 @@ func (d *Decoder) hashes(e *Event) error {
 	if err != nil {
 		return err
 	}
-	for i := 0; i < n; i++ {
+	for i := 0; i < n; {
+		// Bulk path: a run of non-negative integer hashes straight from the payload.
+		got, used := appendUints64(e.Hashes, d.payload[len(d.payload)-d.r.Len():], n-i)
+		i += len(got) - len(e.Hashes)
+		e.Hashes = got
+		if used > 0 {
+			d.skipBytes(used)
+		}
+		if i == n {
+			break
+		}
 		h, ok, err := d.hash()
 		if err != nil {
 			return err
@@ -409,8 +419,37 @@ func (d *Decoder) hashes(e *Event) error {
 			return fmt.Errorf("nil block hash")
 		}
 		e.Hashes = append(e.Hashes, h)
+		i++
 	}
 	return nil
+}
+
+// appendUints64 is appendUints32 for hashes: it also takes uint64 encodings.
+func appendUints64(dst []uint64, p []byte, max int) (out []uint64, used int) {
+	j := 0
+	for k := 0; k < max && j < len(p); k++ {
+		c := p[j]
+		switch {
+		case c <= 0x7f:
+			dst = append(dst, uint64(c))
+			j++
+		case c == msgpcode.Uint64 && j+9 <= len(p):
+			dst = append(dst, binary.BigEndian.Uint64(p[j+1:]))
+			j += 9
+		case c == msgpcode.Uint32 && j+5 <= len(p):
+			dst = append(dst, uint64(binary.BigEndian.Uint32(p[j+1:])))
+			j += 5
+		case c == msgpcode.Uint16 && j+3 <= len(p):
+			dst = append(dst, uint64(binary.BigEndian.Uint16(p[j+1:])))
+			j += 3
+		case c == msgpcode.Uint8 && j+2 <= len(p):
+			dst = append(dst, uint64(p[j+1]))
+			j += 2
+		default:
+			return dst, j
+		}
+	}
+	return dst, j
 }
 
 // hash reads an engine hash: nil (ok=false), an integer of any width (signed values
@@ -452,24 +491,61 @@ func (d *Decoder) tokens(e *Event) error {
 	if err != nil {
 		return err
 	}
-	for i := 0; i < n; i++ {
-		v, ok := d.fastUint()
-		if !ok {
-			iv, err := d.dec.DecodeInt64()
-			if err != nil {
-				return err
-			}
-			if iv < 0 {
-				return fmt.Errorf("token id %d out of range", iv)
-			}
-			v = uint64(iv)
+	for i := 0; i < n; {
+		// Bulk path: a run of small non-negative integers straight from the payload.
+		got, used := appendUints32(e.Tokens, d.payload[len(d.payload)-d.r.Len():], n-i)
+		i += len(got) - len(e.Tokens)
+		e.Tokens = got
+		if used > 0 {
+			d.skipBytes(used)
 		}
-		if v > math.MaxUint32 {
-			return fmt.Errorf("token id %d out of range", v)
+		if i == n {
+			break
 		}
-		e.Tokens = append(e.Tokens, uint32(v))
+		// Anything else (signed encodings, uint64, garbage) one at a time.
+		iv, err := d.dec.DecodeInt64()
+		if err != nil {
+			return err
+		}
+		if iv < 0 || iv > math.MaxUint32 {
+			return fmt.Errorf("token id %d out of range", iv)
+		}
+		e.Tokens = append(e.Tokens, uint32(iv))
+		i++
 	}
 	return nil
+}
+
+// appendUints32 appends up to max msgpack integers encoded as positive fixint, uint8,
+// uint16 or uint32 from p to dst, stopping at the first other code; used is the number
+// of bytes consumed.
+func appendUints32(dst []uint32, p []byte, max int) (out []uint32, used int) {
+	j := 0
+	for k := 0; k < max && j < len(p); k++ {
+		c := p[j]
+		switch {
+		case c <= 0x7f:
+			dst = append(dst, uint32(c))
+			j++
+		case c == msgpcode.Uint8 && j+2 <= len(p):
+			dst = append(dst, uint32(p[j+1]))
+			j += 2
+		case c == msgpcode.Uint16 && j+3 <= len(p):
+			dst = append(dst, uint32(binary.BigEndian.Uint16(p[j+1:])))
+			j += 3
+		case c == msgpcode.Uint32 && j+5 <= len(p):
+			dst = append(dst, binary.BigEndian.Uint32(p[j+1:]))
+			j += 5
+		default:
+			return dst, j
+		}
+	}
+	return dst, j
+}
+
+// skipBytes advances the reader over n bytes already parsed from the payload.
+func (d *Decoder) skipBytes(n int) {
+	_, _ = d.r.Seek(int64(len(d.payload)-d.r.Len()+n), io.SeekStart)
 }
 
 // fastUint reads a non-negative msgpack integer straight from the payload slice (the

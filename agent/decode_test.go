@@ -478,10 +478,19 @@ func FuzzDecode(f *testing.F) {
 		// Whatever decodes must apply without panicking and keep the mirror consistent.
 		var st ApplyStats
 		m.Apply(&b, 0, &st)
-		for k, n := range m.keys {
-			if n <= 0 || k == 0 && n < 0 {
-				t.Fatalf("key %x count %d", k, n)
+		present := 0
+		m.keys.each(func(k uint64, ks *keyState) {
+			switch {
+			case ks.refs < 0:
+				t.Fatalf("key %x count %d", k, ks.refs)
+			case ks.refs == 0 && ks.win == winUntouched:
+				t.Fatalf("absent key %x kept outside a change window", k)
+			case ks.refs > 0:
+				present++
 			}
+		})
+		if present != m.numKeys() {
+			t.Fatalf("%d keys present, mirror counts %d", present, m.numKeys())
 		}
 	})
 }

@@ -31,15 +31,9 @@ var skipReasonNames = [numSkipReasons]string{"medium", "group", "multimodal", "o
 // String returns the metric label of the reason.
 func (r SkipReason) String() string { return skipReasonNames[r] }
 
-// entryKey identifies one engine block: reference counts are kept per data-parallel
-// rank, KV-cache group and engine hash, since vLLM may store and remove a hash twice.
-type entryKey struct {
-	rank  int32
-	group int32
-	hash  uint64
-}
-
-// entry is what the mirror knows about one engine block.
+// entry is what the mirror knows about one engine block. Entries are kept per
+// data-parallel rank, keyed by engine hash (of KV-cache group 0, the only group
+// mirrored), with reference counts, since vLLM may store and remove a hash twice.
 type entry struct {
 	key    uint64 // kvblock key; 0 when hidden
 	refs   int32
@@ -48,11 +42,19 @@ type entry struct {
 
 type seedKey struct{ lora, salt string }
 
-// change states in mirror.before.
+// keyState is what the mirror knows about one key: how many visible entries hold it,
+// and its part in the current change window.
+type keyState struct {
+	refs int32 // 0: absent (kept only until the next flush, to remember it changed)
+	win  uint8 // winUntouched, or winAbsent/winPresent (state before the window) | winEmitted
+}
+
+// Change-window states of a key (keyState.win).
 const (
-	wasAbsent  = 0
-	wasPresent = 1
-	emitted    = 2 // absent before, already listed in this flush's stored groups
+	winUntouched = 0
+	winAbsent    = 1 // absent when the window opened
+	winPresent   = 2 // present when the window opened
+	winEmitted   = 4 // already listed in this flush's stored groups
 )
 
 // storedRun is one BlockStored's visible keys, in chain order, with its parent key.
@@ -80,12 +82,15 @@ type mirror struct {
 	seeds     map[seedKey]uint64
 	blockSize int
 
-	entries map[entryKey]entry
-	keys    map[uint64]int32 // key → number of visible entries holding it
+	ranks    map[int32]*table[entry] // per data-parallel rank: engine hash → entry
+	lastRank int32
+	lastTab  *table[entry]
+	keys     table[keyState]
+	present  int // keys with refs > 0
 
 	// Net change since the last flush.
 	cleared bool
-	before  map[uint64]uint8
+	dirty   []uint64 // keys whose win left winUntouched in this window
 	runs    []storedRun
 	runKeys []uint64
 }
@@ -96,11 +101,26 @@ func newMirror(model string, blockSize int) *mirror {
 		baseSeed:  kvblock.Seed(model, "", ""),
 		seeds:     make(map[seedKey]uint64),
 		blockSize: blockSize,
-		entries:   make(map[entryKey]entry),
-		keys:      make(map[uint64]int32),
-		before:    make(map[uint64]uint8),
+		ranks:     make(map[int32]*table[entry]),
 	}
 }
+
+// entries returns the entry table of a data-parallel rank.
+func (m *mirror) entries(rank int32) *table[entry] {
+	if m.lastTab != nil && m.lastRank == rank {
+		return m.lastTab
+	}
+	t := m.ranks[rank]
+	if t == nil {
+		t = &table[entry]{}
+		m.ranks[rank] = t
+	}
+	m.lastRank, m.lastTab = rank, t
+	return t
+}
+
+// numKeys returns the number of keys present.
+func (m *mirror) numKeys() int { return m.present }
 
 func (m *mirror) seed(lora, salt string) uint64 {
 	if lora == "" && salt == "" {
@@ -120,9 +140,12 @@ func (m *mirror) seed(lora, salt string) uint64 {
 
 // reset drops everything (a new epoch or an engine-wide clear) and records a clear.
 func (m *mirror) reset() {
-	clear(m.entries)
-	clear(m.keys)
-	clear(m.before)
+	for _, t := range m.ranks {
+		t.reset()
+	}
+	m.keys.reset()
+	m.present = 0
+	m.dirty = m.dirty[:0]
 	m.runs = m.runs[:0]
 	m.runKeys = m.runKeys[:0]
 	m.cleared = true
@@ -162,10 +185,11 @@ func (m *mirror) stored(e *Event, rank int32, st *ApplyStats) {
 	}
 	var parent uint64
 	hidden, reason := false, SkipOrphan
+	entries := m.entries(rank)
 	if e.HasParent && e.Parent != 0 {
-		pe, ok := m.entries[entryKey{rank, 0, e.Parent}]
+		pe := entries.get(e.Parent)
 		switch {
-		case !ok:
+		case pe == nil:
 			st.Orphans++
 			hidden = true
 		case pe.hidden:
@@ -184,27 +208,26 @@ func (m *mirror) stored(e *Event, rank int32, st *ApplyStats) {
 		if !hidden && e.ExtraFrom >= 0 && i >= e.ExtraFrom {
 			hidden, reason = true, SkipMultimodal
 		}
-		ek := entryKey{rank, 0, h}
-		if old, ok := m.entries[ek]; ok {
+		ent, existed := entries.upsert(h)
+		if existed {
 			// vLLM does not de-duplicate: the same block stored again.
-			old.refs++
-			m.entries[ek] = old
-			if !hidden && !old.hidden {
-				parent = old.key
-				m.runKeys = append(m.runKeys, old.key)
+			ent.refs++
+			if !hidden && !ent.hidden {
+				parent = ent.key
+				m.runKeys = append(m.runKeys, ent.key)
 			} else if !hidden {
 				hidden, reason = true, SkipOrphan
 			}
 			continue
 		}
 		if hidden {
-			m.entries[ek] = entry{refs: 1, hidden: true}
+			*ent = entry{refs: 1, hidden: true}
 			st.Skipped[reason]++
 			continue
 		}
 		key := kvblock.Extend(parent, e.Tokens[i*bs:(i+1)*bs])
 		parent = key
-		m.entries[ek] = entry{key: key, refs: 1}
+		*ent = entry{key: key, refs: 1}
 		m.addKey(key)
 		m.runKeys = append(m.runKeys, key)
 		st.Blocks++
@@ -218,18 +241,18 @@ func (m *mirror) removed(e *Event, rank int32, st *ApplyStats) {
 	if e.Medium != MediumGPU || e.Group != 0 {
 		return
 	}
+	entries := m.entries(rank)
 	for _, h := range e.Hashes {
-		ek := entryKey{rank, 0, h}
-		old, ok := m.entries[ek]
-		if !ok {
+		ent := entries.get(h)
+		if ent == nil {
 			st.UnknownRemovals++
 			continue
 		}
-		if old.refs--; old.refs > 0 {
-			m.entries[ek] = old
+		if ent.refs--; ent.refs > 0 {
 			continue
 		}
-		delete(m.entries, ek)
+		old := *ent
+		entries.del(h)
 		if !old.hidden {
 			m.dropKey(old.key)
 		}
@@ -237,29 +260,35 @@ func (m *mirror) removed(e *Event, rank int32, st *ApplyStats) {
 }
 
 func (m *mirror) addKey(key uint64) {
-	n := m.keys[key]
-	if n == 0 {
-		if _, ok := m.before[key]; !ok {
-			m.before[key] = wasAbsent
+	ks, _ := m.keys.upsert(key)
+	if ks.refs == 0 {
+		m.present++
+		if ks.win == winUntouched {
+			ks.win = winAbsent
+			m.dirty = append(m.dirty, key)
 		}
 	}
-	m.keys[key] = n + 1
+	ks.refs++
 }
 
 func (m *mirror) dropKey(key uint64) {
-	n := m.keys[key]
-	if n > 1 {
-		m.keys[key] = n - 1
+	ks := m.keys.get(key)
+	if ks == nil || ks.refs == 0 {
 		return
 	}
-	delete(m.keys, key)
-	if _, ok := m.before[key]; !ok {
-		m.before[key] = wasPresent
+	if ks.refs--; ks.refs > 0 {
+		return
 	}
+	m.present--
+	if ks.win == winUntouched {
+		ks.win = winPresent
+		m.dirty = append(m.dirty, key)
+	}
+	// Absent keys stay in the table until the flush, which needs their window state.
 }
 
 // pending reports whether a flush would publish anything.
-func (m *mirror) pending() bool { return m.cleared || len(m.before) > 0 }
+func (m *mirror) pending() bool { return m.cleared || len(m.dirty) > 0 }
 
 // flush writes the net change since the last flush into out (reusing its slices and
 // the Stored messages in pool) and starts a new change window. Stored lists the keys
@@ -279,10 +308,9 @@ func (m *mirror) flush(out *kvroutev1.EventBatch, pool *[]*kvroutev1.Stored) boo
 		cur = nil
 		prev := r.parent
 		for _, k := range m.runKeys[r.start:r.end] {
-			state, changed := m.before[k]
-			_, present := m.keys[k]
-			if changed && state == wasAbsent && present {
-				m.before[k] = emitted
+			ks := m.keys.get(k)
+			if ks != nil && ks.win == winAbsent && ks.refs > 0 {
+				ks.win |= winEmitted
 				if cur == nil {
 					cur = nextStored(out, pool)
 					cur.ParentKey = prev
@@ -294,14 +322,21 @@ func (m *mirror) flush(out *kvroutev1.EventBatch, pool *[]*kvroutev1.Stored) boo
 			prev = k
 		}
 	}
-	for k, state := range m.before {
-		if state == wasPresent {
-			if _, present := m.keys[k]; !present {
-				out.Removed = append(out.Removed, k)
-			}
+	for _, k := range m.dirty {
+		ks := m.keys.get(k)
+		if ks == nil {
+			continue
+		}
+		if ks.win == winPresent && ks.refs == 0 {
+			out.Removed = append(out.Removed, k)
+		}
+		if ks.refs == 0 {
+			m.keys.del(k)
+		} else {
+			ks.win = winUntouched
 		}
 	}
-	clear(m.before)
+	m.dirty = m.dirty[:0]
 	m.runs = m.runs[:0]
 	m.runKeys = m.runKeys[:0]
 	m.cleared = false
@@ -322,15 +357,17 @@ func nextStored(out *kvroutev1.EventBatch, pool *[]*kvroutev1.Stored) *kvroutev1
 
 // appendKeys appends every key present to dst.
 func (m *mirror) appendKeys(dst []uint64) []uint64 {
-	for k := range m.keys {
-		dst = append(dst, k)
-	}
+	m.keys.each(func(k uint64, ks *keyState) {
+		if ks.refs > 0 {
+			dst = append(dst, k)
+		}
+	})
 	return dst
 }
 
 // sortedKeys returns the keys present, sorted.
 func (m *mirror) sortedKeys() []uint64 {
-	ks := m.appendKeys(make([]uint64, 0, len(m.keys)))
+	ks := m.appendKeys(make([]uint64, 0, m.present))
 	slices.Sort(ks)
 	return ks
 }

@@ -39,7 +39,7 @@ func (a *Agent) onSnapshot(msg *nats.Msg) {
 		return
 	}
 	a.flushLocked()
-	keys := a.mir.appendKeys(make([]uint64, 0, len(a.mir.keys)))
+	keys := a.mir.appendKeys(make([]uint64, 0, a.mir.numKeys()))
 	epoch, seq, bs := a.epoch, a.seq, uint32(a.mir.blockSize)
 	a.mu.Unlock()
 
@@ -155,7 +155,7 @@ func (a *Agent) Heartbeat() *kvroutev1.Heartbeat {
 	a.mu.Lock()
 	hb.Epoch, hb.LastSeq = a.epoch, a.seq
 	if a.mir != nil {
-		hb.KeysHeld = uint64(len(a.mir.keys))
+		hb.KeysHeld = uint64(a.mir.numKeys())
 		hb.Descriptor_.BlockSize = uint32(a.mir.blockSize)
 	} else {
 		hb.Descriptor_.BlockSize = uint32(a.cfg.BlockSize)

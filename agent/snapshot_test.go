@@ -99,7 +99,7 @@ func TestSnapshotMillionKeys(t *testing.T) {
 	eventuallyWithin(t, 3*time.Minute, "agent mirror holds every block", func() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		return len(a.mir.keys) == len(want)
+		return a.mir.numKeys() == len(want)
 	}, func() { t.Logf("mirror holds %d of %d keys", len(a.Keys()), len(want)) })
 	mirrored := time.Since(start)
 	if !slices.Equal(a.Keys(), want) {
