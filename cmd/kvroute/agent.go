@@ -42,6 +42,10 @@ Start vLLM with --kv-events-config '{"enable_kv_cache_events":true,"publisher":"
 			}
 			ctx, stop := signalContext()
 			defer stop()
+			// Also stop with the command's context (a caller running the command in-process).
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			defer context.AfterFunc(cmd.Context(), cancel)()
 			nc, closeNATS, err := sf.nats.connect("kvroute-agent", log)
 			if err != nil {
 				return err
