@@ -125,13 +125,12 @@ type Decoder struct {
 	r       bytes.Reader
 	payload []byte
 	dec     *msgpack.Decoder
-	scratch []byte
 	strs    map[string]string
 }
 
 // NewDecoder returns a Decoder.
 func NewDecoder() *Decoder {
-	d := &Decoder{scratch: make([]byte, 0, 64), strs: make(map[string]string)}
+	d := &Decoder{strs: make(map[string]string)}
 	d.dec = msgpack.NewDecoder(&d.r)
 	return d
 }
@@ -153,12 +152,12 @@ func (d *Decoder) Decode(payload []byte, b *Batch) error {
 }
 
 func (d *Decoder) batch(b *Batch) error {
-	c, err := d.dec.PeekCode()
+	c, err := d.peekCode()
 	if err != nil {
 		return err
 	}
 	if msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32 {
-		n, err := d.dec.DecodeMapLen()
+		n, err := d.mapLen()
 		if err != nil {
 			return err
 		}
@@ -188,7 +187,7 @@ func (d *Decoder) batch(b *Batch) error {
 		}
 		return nil
 	}
-	n, err := d.dec.DecodeArrayLen()
+	n, err := d.arrayLen()
 	if err != nil {
 		return err
 	}
@@ -231,7 +230,7 @@ func (d *Decoder) rank(b *Batch) error {
 }
 
 func (d *Decoder) float() (float64, error) {
-	c, err := d.dec.PeekCode()
+	c, err := d.peekCode()
 	if err != nil {
 		return 0, err
 	}
@@ -247,12 +246,12 @@ func (d *Decoder) float() (float64, error) {
 }
 
 func (d *Decoder) events(b *Batch) error {
-	n, err := d.dec.DecodeArrayLen()
+	n, err := d.arrayLen()
 	if err != nil {
 		return err
 	}
 	for i := 0; i < n; i++ {
-		c, err := d.dec.PeekCode()
+		c, err := d.peekCode()
 		if err != nil {
 			return err
 		}
@@ -287,7 +286,7 @@ func (d *Decoder) kind() (EventKind, error) {
 }
 
 func (d *Decoder) mapEvent(e *Event) error {
-	n, err := d.dec.DecodeMapLen()
+	n, err := d.mapLen()
 	if err != nil {
 		return err
 	}
@@ -326,7 +325,7 @@ func (d *Decoder) mapEvent(e *Event) error {
 }
 
 func (d *Decoder) arrayEvent(e *Event) error {
-	n, err := d.dec.DecodeArrayLen()
+	n, err := d.arrayLen()
 	if err != nil {
 		return err
 	}
@@ -382,12 +381,13 @@ func (d *Decoder) arrayEvent(e *Event) error {
 
 // nilNext consumes a nil if one is next.
 func (d *Decoder) nilNext() (bool, error) {
-	c, err := d.dec.PeekCode()
+	c, err := d.peekCode()
 	if err != nil {
 		return false, err
 	}
 	if c == msgpcode.Nil {
-		return true, d.dec.DecodeNil()
+		d.skipBytes(1)
+		return true, nil
 	}
 	return false, nil
 }
@@ -396,7 +396,7 @@ func (d *Decoder) hashes(e *Event) error {
 	if isNil, err := d.nilNext(); err != nil || isNil {
 		return err
 	}
-	n, err := d.dec.DecodeArrayLen()
+	n, err := d.arrayLen()
 	if err != nil {
 		return err
 	}
@@ -455,7 +455,7 @@ func appendUints64(dst []uint64, p []byte, max int) (out []uint64, used int) {
 // hash reads an engine hash: nil (ok=false), an integer of any width (signed values
 // reinterpreted as uint64), or a byte/str digest (its last 8 bytes, big-endian).
 func (d *Decoder) hash() (uint64, bool, error) {
-	c, err := d.dec.PeekCode()
+	c, err := d.peekCode()
 	if err != nil {
 		return 0, false, err
 	}
@@ -487,7 +487,7 @@ func (d *Decoder) tokens(e *Event) error {
 	if isNil, err := d.nilNext(); err != nil || isNil {
 		return err
 	}
-	n, err := d.dec.DecodeArrayLen()
+	n, err := d.arrayLen()
 	if err != nil {
 		return err
 	}
@@ -582,6 +582,12 @@ func (d *Decoder) smallInt() (int, error) {
 	if isNil, err := d.nilNext(); err != nil || isNil {
 		return 0, err
 	}
+	if u, ok := d.fastUint(); ok {
+		if u > math.MaxInt32 {
+			return 0, fmt.Errorf("integer %d out of range", u)
+		}
+		return int(u), nil
+	}
 	v, err := d.dec.DecodeInt64()
 	if err != nil {
 		return 0, err
@@ -631,7 +637,7 @@ func (d *Decoder) extraKeys(e *Event) error {
 	if isNil, err := d.nilNext(); err != nil || isNil {
 		return err
 	}
-	n, err := d.dec.DecodeArrayLen()
+	n, err := d.arrayLen()
 	if err != nil {
 		return err
 	}
@@ -643,7 +649,7 @@ func (d *Decoder) extraKeys(e *Event) error {
 		if isNil {
 			continue
 		}
-		c, err := d.dec.PeekCode()
+		c, err := d.peekCode()
 		if err != nil {
 			return err
 		}
@@ -654,7 +660,7 @@ func (d *Decoder) extraKeys(e *Event) error {
 			}
 			continue
 		}
-		m, err := d.dec.DecodeArrayLen()
+		m, err := d.arrayLen()
 		if err != nil {
 			return err
 		}
@@ -668,7 +674,7 @@ func (d *Decoder) extraKeys(e *Event) error {
 }
 
 func (d *Decoder) extraItem(e *Event, blk int) error {
-	c, err := d.dec.PeekCode()
+	c, err := d.peekCode()
 	if err != nil {
 		return err
 	}
@@ -733,9 +739,9 @@ func (d *Decoder) intern(b []byte) string {
 	return s
 }
 
-// readStr reads a str or bin value into the scratch buffer (valid until the next read).
+// readStr reads a str or bin value (a slice of the payload, valid until the next Decode).
 func (d *Decoder) readStr() ([]byte, error) {
-	c, err := d.dec.PeekCode()
+	c, err := d.peekCode()
 	if err != nil {
 		return nil, err
 	}
@@ -745,25 +751,78 @@ func (d *Decoder) readStr() ([]byte, error) {
 	return d.readBytes()
 }
 
+// readBytes reads a str or bin value (or nil: empty) and returns it as a slice of the
+// payload, valid until the next Decode.
 func (d *Decoder) readBytes() ([]byte, error) {
-	n, err := d.dec.DecodeBytesLen()
+	pos := len(d.payload) - d.r.Len()
+	p := d.payload[pos:]
+	if len(p) == 0 {
+		return nil, io.ErrUnexpectedEOF
+	}
+	var n, hdr int
+	switch c := p[0]; {
+	case c >= 0xa0 && c <= 0xbf: // fixstr
+		n, hdr = int(c&0x1f), 1
+	case c == msgpcode.Str8 || c == msgpcode.Bin8:
+		if len(p) < 2 {
+			return nil, io.ErrUnexpectedEOF
+		}
+		n, hdr = int(p[1]), 2
+	case c == msgpcode.Str16 || c == msgpcode.Bin16:
+		if len(p) < 3 {
+			return nil, io.ErrUnexpectedEOF
+		}
+		n, hdr = int(binary.BigEndian.Uint16(p[1:])), 3
+	case c == msgpcode.Str32 || c == msgpcode.Bin32:
+		if len(p) < 5 {
+			return nil, io.ErrUnexpectedEOF
+		}
+		n, hdr = int(binary.BigEndian.Uint32(p[1:])), 5
+	case c == msgpcode.Nil:
+		d.skipBytes(1)
+		return p[:0], nil
+	default:
+		return nil, fmt.Errorf("want a string or bytes, got msgpack type 0x%02x", c)
+	}
+	if n > len(p)-hdr {
+		return nil, fmt.Errorf("string of %d bytes, only %d left", n, len(p)-hdr)
+	}
+	d.skipBytes(hdr + n)
+	return p[hdr : hdr+n : hdr+n], nil
+}
+
+// peekCode returns the next msgpack code without consuming it.
+func (d *Decoder) peekCode() (byte, error) {
+	if d.r.Len() == 0 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	return d.payload[len(d.payload)-d.r.Len()], nil
+}
+
+// arrayLen reads an array header (nil: -1).
+func (d *Decoder) arrayLen() (int, error) {
+	c, err := d.peekCode()
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	if n < 0 {
-		return d.scratch[:0], nil
+	if c >= 0x90 && c <= 0x9f {
+		d.skipBytes(1)
+		return int(c & 0x0f), nil
 	}
-	if n > d.r.Len() {
-		return nil, fmt.Errorf("string of %d bytes, only %d left", n, d.r.Len())
+	return d.dec.DecodeArrayLen()
+}
+
+// mapLen reads a map header (nil: -1).
+func (d *Decoder) mapLen() (int, error) {
+	c, err := d.peekCode()
+	if err != nil {
+		return 0, err
 	}
-	if cap(d.scratch) < n {
-		d.scratch = make([]byte, n)
+	if c >= 0x80 && c <= 0x8f {
+		d.skipBytes(1)
+		return int(c & 0x0f), nil
 	}
-	d.scratch = d.scratch[:n]
-	if err := d.dec.ReadFull(d.scratch); err != nil {
-		return nil, err
-	}
-	return d.scratch, nil
+	return d.dec.DecodeMapLen()
 }
 
 // skip skips one value of any type without recursion, so deeply nested garbage cannot
@@ -772,13 +831,13 @@ func (d *Decoder) skip() error {
 	pending := 1
 	for pending > 0 {
 		pending--
-		c, err := d.dec.PeekCode()
+		c, err := d.peekCode()
 		if err != nil {
 			return err
 		}
 		switch {
 		case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
-			n, err := d.dec.DecodeArrayLen()
+			n, err := d.arrayLen()
 			if err != nil {
 				return err
 			}
@@ -787,7 +846,7 @@ func (d *Decoder) skip() error {
 			}
 			pending += max(n, 0)
 		case msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32:
-			n, err := d.dec.DecodeMapLen()
+			n, err := d.mapLen()
 			if err != nil {
 				return err
 			}
