@@ -105,6 +105,20 @@ type Config struct {
 
 	// DebugHeaders adds X-Kvroute-Instance and X-Kvroute-Decision to responses.
 	DebugHeaders bool
+
+	// PrewarmPrefixes: when an instance newly appears (discovery), replay this many of the
+	// hottest prefixes the router has routed to it, as token-id completions with
+	// max_tokens=1, before it takes real traffic. 0 = off (the default).
+	PrewarmPrefixes int
+	// PrewarmTimeout bounds one newcomer's whole pre-warming; it joins when it passes.
+	PrewarmTimeout time.Duration
+	// PrewarmConcurrency: replays in flight at once per newcomer.
+	PrewarmConcurrency int
+	// PrewarmMaxTokens: the longest prefix kept and replayed, in tokens (longer prompts
+	// are cut to it). Memory: 4 × PrewarmPrefixes tracked prefixes × 4 bytes a token.
+	PrewarmMaxTokens int
+	// PrewarmHalfLife: a request counts half as much toward a prefix's heat after this long.
+	PrewarmHalfLife time.Duration
 }
 
 // DefaultConfig returns the defaults documented on each field.
@@ -138,6 +152,10 @@ func DefaultConfig() Config {
 		InstanceRefreshInterval:     250 * time.Millisecond,
 		ScrapeInterval:              time.Second,
 		PrefillPriorTokensPerSecond: 20000,
+		PrewarmTimeout:              10 * time.Second,
+		PrewarmConcurrency:          4,
+		PrewarmMaxTokens:            8192,
+		PrewarmHalfLife:             5 * time.Minute,
 	}
 }
 
@@ -211,6 +229,21 @@ func (c *Config) Validate() error {
 	}
 	if c.HealthPath == "" || !strings.HasPrefix(c.HealthPath, "/") {
 		return bad("health path %q must start with /", c.HealthPath)
+	}
+	if c.PrewarmPrefixes < 0 || c.PrewarmPrefixes > maxPrewarmPrefixes {
+		return bad("prewarm prefixes %d: want 0 (off) .. %d", c.PrewarmPrefixes, maxPrewarmPrefixes)
+	}
+	if c.PrewarmPrefixes > 0 {
+		switch {
+		case c.PrewarmTimeout <= 0:
+			return bad("prewarm timeout must be positive")
+		case c.PrewarmConcurrency < 1:
+			return bad("prewarm concurrency must be ≥ 1")
+		case c.PrewarmMaxTokens < hotBlock:
+			return bad("prewarm max tokens %d: want ≥ %d", c.PrewarmMaxTokens, hotBlock)
+		case c.PrewarmHalfLife <= 0:
+			return bad("prewarm half-life must be positive")
+		}
 	}
 	if c.RouterID == "" {
 		host, _ := os.Hostname()

@@ -37,7 +37,7 @@ func (r *Router) refresh() {
 		if !info.routable || info.engineURL == "" {
 			continue
 		}
-		in, err := r.instanceFor(info.id, info.engineURL)
+		in, created, err := r.instanceFor(info.id, info.engineURL)
 		if err != nil {
 			r.log.Warn("instance with a bad engine URL ignored", "instance", info.id, "url", info.engineURL, "err", err)
 			continue
@@ -49,6 +49,11 @@ func (r *Router) refresh() {
 		if d := in.desc.Load(); d == nil || d.model != info.model || d.blockSize != bs || !equalStrings(d.adapters, info.adapters) {
 			in.desc.Store(&descriptor{model: info.model, adapters: append([]string(nil), info.adapters...), blockSize: bs})
 			changed = true
+		}
+		if created {
+			// Before the fleet below publishes it: a newcomer being pre-warmed is never
+			// picked for real traffic in between.
+			r.startPrewarm(in)
 		}
 		if info.loadOK {
 			in.waiting.Store(int64(info.waiting))
@@ -79,6 +84,7 @@ func (r *Router) prune(f *fleet) {
 	for id, in := range r.instances {
 		if f.byID[id] != in {
 			delete(r.instances, id)
+			in.prewarm.stop()
 			in.client.CloseIdleConnections()
 		}
 	}

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/kvroute/kvroute/internal/natsutil"
 	"github.com/kvroute/kvroute/internal/openai"
 	"github.com/kvroute/kvroute/sim"
+	"github.com/kvroute/kvroute/tokenizer"
 )
 
 // stack is the real thing on one machine: an in-process NATS server, simulated engines
@@ -30,6 +32,8 @@ type stack struct {
 	index   *indexer.Service
 	router  *Router
 	byID    map[string]*sim.Server
+	ctx     context.Context
+	tok     tokenizer.Tokenizer
 }
 
 func testLog(t testing.TB) *slog.Logger {
@@ -57,35 +61,12 @@ func startNATS(t testing.TB) (string, *nats.Conn) {
 
 func startStack(t *testing.T, engines int, cfg Config) *stack {
 	t.Helper()
-	tok := defaultTok(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	s := &stack{byID: map[string]*sim.Server{}}
+	s := &stack{byID: map[string]*sim.Server{}, ctx: ctx, tok: defaultTok(t)}
 	s.natsURL, s.nc = startNATS(t)
 	for range engines {
-		scfg := sim.DefaultConfig()
-		scfg.NumGPUBlocks = 2048
-		sv, err := sim.New(scfg, tok, prometheus.NewRegistry(), testLog(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := sv.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = sv.Close() })
-		acfg := agent.DefaultConfig()
-		acfg.EngineURL, acfg.ZMQEndpoint, acfg.ReplayEndpoint = sv.URL(), sv.EventsEndpoint(), sv.ReplayEndpoint()
-		acfg.HeartbeatInterval = 100 * time.Millisecond
-		a, err := agent.New(acfg, s.nc, prometheus.NewRegistry(), testLog(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan struct{})
-		go func() { defer close(done); _ = a.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
-		s.sims = append(s.sims, sv)
-		s.agents = append(s.agents, a)
-		s.byID[a.ID()] = sv
+		s.addEngine(t)
 	}
 	icfg := indexer.DefaultConfig()
 	idx, err := indexer.New(icfg, s.nc, prometheus.NewRegistry(), testLog(t))
@@ -100,7 +81,7 @@ func startStack(t *testing.T, engines int, cfg Config) *stack {
 	cfg.ListenAddr = "127.0.0.1:0"
 	cfg.DebugHeaders = true
 	cfg.InstanceRefreshInterval = 50 * time.Millisecond
-	deps := Deps{NATS: s.nc, Index: idx, Tokenizer: tok, Registry: prometheus.NewRegistry(), Log: testLog(t)}
+	deps := Deps{NATS: s.nc, Index: idx, Tokenizer: s.tok, Registry: prometheus.NewRegistry(), Log: testLog(t)}
 	if cfg.TokenizerMode != TokenizerLocal {
 		deps.Tokenizer = nil
 	}
@@ -115,6 +96,37 @@ func startStack(t *testing.T, engines int, cfg Config) *stack {
 	s.router = r
 	waitFor(t, "router sees every engine", func() bool { return len(r.fleet.Load().list) == engines })
 	return s
+}
+
+// addEngine starts one more simulated engine with its agent; it returns the agent's
+// instance id.
+func (s *stack) addEngine(t *testing.T) string {
+	t.Helper()
+	scfg := sim.DefaultConfig()
+	scfg.NumGPUBlocks = 2048
+	sv, err := sim.New(scfg, s.tok, prometheus.NewRegistry(), testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sv.Start(s.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sv.Close() })
+	acfg := agent.DefaultConfig()
+	acfg.EngineURL, acfg.ZMQEndpoint, acfg.ReplayEndpoint = sv.URL(), sv.EventsEndpoint(), sv.ReplayEndpoint()
+	acfg.HeartbeatInterval = 100 * time.Millisecond
+	a, err := agent.New(acfg, s.nc, prometheus.NewRegistry(), testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	s.sims = append(s.sims, sv)
+	s.agents = append(s.agents, a)
+	s.byID[a.ID()] = sv
+	return a.ID()
 }
 
 // holders returns, for a chat body, the instances the router predicts cache it.
@@ -258,5 +270,71 @@ func TestEndToEndEngineTokenizer(t *testing.T) {
 	}
 	if exact := value(t, r.metrics.predictionMatches.WithLabelValues("exact")); exact != 11 {
 		t.Fatalf("exact predictions %v of 11", exact)
+	}
+}
+
+// The whole stack with pre-warming: a newcomer discovered from its agent's heartbeats
+// takes no traffic until the hot prefixes were replayed to it; then the index shows it as
+// a holder, and its first real request for a hot prefix, routed to it by cache hit,
+// reports cached tokens equal to the router's prediction.
+func TestEndToEndPrewarm(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.PrewarmPrefixes = 2
+	s := startStack(t, 2, cfg)
+	r := s.router
+	hot := []string{longText(801, 500), longText(802, 400)}
+	for _, system := range hot {
+		for q := range 3 {
+			if rep := post(t, r.URL(), "/v1/chat/completions", chatBody(system, fmt.Sprintf("warm %d", q), `,"max_tokens":1`)); rep.code != 200 {
+				t.Fatalf("traffic: %d %s", rep.code, rep.body)
+			}
+		}
+	}
+	id := s.addEngine(t)
+	waitFor(t, "router discovers the newcomer", func() bool { return r.fleet.Load().byID[id] != nil })
+	waitFor(t, "newcomer pre-warmed", func() bool {
+		row, ok := rowOf(r, id)
+		return ok && row.Prewarm != nil && !row.Prewarming
+	})
+	if row, _ := rowOf(r, id); row.Prewarm.OK != 2 {
+		t.Fatalf("pre-warming: %+v", row.Prewarm)
+	}
+	for i, system := range hot {
+		probe := chatBody(system, "probe", "")
+		waitFor(t, "index shows the newcomer holding the prefix", func() bool { return holders(t, r, probe)[id] >= 300 })
+		// Find a routing group whose tie-break between the two holders picks the newcomer.
+		group := ""
+		for g := range 64 {
+			body := chatBody(system, fmt.Sprintf("real question %d", i), `,"max_tokens":1`)
+			req, _ := openai.ParseChat([]byte(body))
+			d, err := r.routeOpenAI(context.Background(), http.Header{"X-Prefix-Aware-Id": {fmt.Sprint("g", g)}}, req, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.inst().id == id && d.why == DecisionCacheHit {
+				group = fmt.Sprint("g", g)
+			}
+			r.release(d.st)
+			if group != "" {
+				break
+			}
+		}
+		if group == "" {
+			t.Fatalf("hot prefix %d: no group routes to the newcomer by cache hit", i)
+		}
+		before := value(t, r.metrics.predictionMatches.WithLabelValues("exact"))
+		rep := post(t, r.URL(), "/v1/chat/completions", chatBody(system, fmt.Sprintf("real question %d", i), `,"max_tokens":1`), "X-Prefix-Aware-Id", group)
+		if rep.code != 200 || rep.instance != id || rep.decision != "cache_hit" {
+			t.Fatalf("hot prefix %d: %d on %s (%s), want the newcomer by cache_hit", i, rep.code, rep.instance, rep.decision)
+		}
+		var out struct {
+			Usage usageJSON `json:"usage"`
+		}
+		if err := json.Unmarshal([]byte(rep.body), &out); err != nil || out.Usage.Details == nil || out.Usage.Details.CachedTokens < 300 {
+			t.Fatalf("hot prefix %d: the newcomer's first real request reports %s", i, rep.body)
+		}
+		if after := value(t, r.metrics.predictionMatches.WithLabelValues("exact")); after != before+1 {
+			t.Fatalf("hot prefix %d: engine's cached tokens %d differ from the prediction", i, out.Usage.Details.CachedTokens)
+		}
 	}
 }

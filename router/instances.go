@@ -66,8 +66,9 @@ type instance struct {
 	// cost the engine's waiting queue.
 	uncachedEWMA atomic.Uint64
 
-	health health
-	stats  instanceStats
+	health  health
+	stats   instanceStats
+	prewarm prewarmState
 
 	mu  sync.Mutex
 	idx indexState

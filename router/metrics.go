@@ -21,6 +21,8 @@ type metrics struct {
 	warmup            *prometheus.GaugeVec
 	eventLag          prometheus.Gauge
 	predictionMatches *prometheus.CounterVec
+	prewarmRequests   *prometheus.CounterVec
+	prewarmDuration   prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -85,5 +87,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "kvroute_router_prediction_checks_total",
 			Help: "Requests whose engine-reported cached tokens were compared with the prediction, by result (exact, under, over).",
 		}, []string{"result"}),
+		prewarmRequests: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvroute_router_prewarm_requests_total",
+			Help: "Hot-prefix replays sent to new instances before they took traffic, by result (ok, error, timeout, canceled).",
+		}, []string{"result"}),
+		prewarmDuration: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kvroute_router_prewarm_duration_seconds",
+			Help:    "Time from a new instance's appearance until it joined the candidate set after pre-warming.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
+		}),
 	}
 }

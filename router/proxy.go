@@ -577,6 +577,9 @@ func (r *Router) done(d *decision, out outcome, o fwdOpts) {
 			}
 		}
 	}
+	if r.hot != nil && len(d.ids) > 0 && out.failed == "" && out.code/100 == 2 {
+		r.hot.record(o.model, d.salt, d.ids, now)
+	}
 	prompt := out.promptTokens
 	if prompt < 0 {
 		prompt = d.promptTokens

@@ -47,6 +47,10 @@ type decision struct {
 	took         time.Duration
 	sentAt       time.Time // current attempt
 	firstSeen    bool      // current attempt's first byte booked
+	// ids and salt are the prompt's token ids (nil when not tokenized) and cache_salt,
+	// for the hot-prefix tracker when pre-warming is on.
+	ids  []uint32
+	salt string
 }
 
 func (d *decision) inst() *instance { return d.st.cands[d.chosen].inst }
@@ -178,7 +182,8 @@ func (r *Router) groupOf(h http.Header, req *openai.Request) string {
 }
 
 // candidates fills st.cands with the available instances serving model ("" = all),
-// returning ErrUnknownModel, ErrNoInstance or ErrOverloaded when none can take it.
+// leaving out newcomers being pre-warmed unless nothing else can take the request, and
+// returns ErrUnknownModel, ErrNoInstance or ErrOverloaded when none can take it.
 func (r *Router) candidates(st *reqState, model string, affinity uint64, now int64) error {
 	f := r.fleet.Load()
 	list := f.list
@@ -191,10 +196,31 @@ func (r *Router) candidates(st *reqState, model string, affinity uint64, now int
 			return fmt.Errorf("%w: %q", ErrUnknownModel, model)
 		}
 	}
+	healthy, warming := r.fill(st, list, affinity, now, false)
+	if len(st.cands) == 0 && warming > 0 {
+		// Only newcomers still being pre-warmed can take it: better them than an error.
+		healthy, _ = r.fill(st, list, affinity, now, true)
+	}
+	if len(st.cands) == 0 {
+		if healthy > 0 {
+			return ErrOverloaded
+		}
+		return ErrNoInstance
+	}
+	return nil
+}
+
+// fill puts the available instances of list below the hard limit into st.cands, those
+// being pre-warmed only with withWarming; it returns how many were available and how
+// many of those it left out for pre-warming.
+func (r *Router) fill(st *reqState, list []*instance, affinity uint64, now int64, withWarming bool) (healthy, warming int) {
 	st.cands = st.cands[:0]
-	healthy := 0
 	for _, in := range list {
 		if !in.health.available(now) || in.desc.Load() == nil {
+			continue
+		}
+		if !withWarming && in.prewarm.active.Load() {
+			warming++
 			continue
 		}
 		healthy++
@@ -207,13 +233,7 @@ func (r *Router) candidates(st *reqState, model string, affinity uint64, now int
 			Score: score(affinity, in.idHash), inst: in,
 		})
 	}
-	if len(st.cands) == 0 {
-		if healthy > 0 {
-			return ErrOverloaded
-		}
-		return ErrNoInstance
-	}
-	return nil
+	return healthy, warming
 }
 
 // routeOpenAI decides where a parsed chat or completion request goes.
@@ -235,6 +255,15 @@ func (r *Router) routeOpenAI(ctx context.Context, h http.Header, req *openai.Req
 		tokenized = true
 		d.promptTokens = len(res.IDs)
 		d.info.PromptTokens = len(res.IDs)
+	}
+	if r.hot != nil {
+		switch {
+		case tokenized:
+			d.ids = res.IDs
+		case req.Kind == openai.KindCompletion && req.HasPromptIDs:
+			d.ids = req.PromptIDs
+		}
+		d.salt = req.CacheSalt
 	}
 
 	aff := newAffinity(d.info.Group, req.Model)

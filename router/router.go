@@ -51,6 +51,7 @@ type Router struct {
 	gather  prometheus.Gatherer
 	window  *window
 	peers   *peers
+	hot     *hotPrefixes // nil when pre-warming is off
 	handler http.Handler
 
 	fleet atomic.Pointer[fleet]
@@ -106,6 +107,9 @@ func New(cfg Config, deps Deps) (*Router, error) {
 	if cfg.Policy == PolicyRandom || cfg.Policy == PolicyLeastRequest {
 		r.invoke = r.policy
 	}
+	if cfg.PrewarmPrefixes > 0 {
+		r.hot = newHotPrefixes(max(4*cfg.PrewarmPrefixes, 16), cfg.MinMatchTokens, cfg.PrewarmMaxTokens, cfg.PrewarmHalfLife)
+	}
 	if g, ok := deps.Registry.(prometheus.Gatherer); ok {
 		r.gather = g
 	}
@@ -117,7 +121,7 @@ func New(cfg Config, deps Deps) (*Router, error) {
 	if len(cfg.Engines) > 0 {
 		list := make([]*instance, 0, len(cfg.Engines))
 		for _, e := range cfg.Engines {
-			in, err := r.instanceFor(staticID(e), e)
+			in, _, err := r.instanceFor(staticID(e), e)
 			if err != nil {
 				return nil, fmt.Errorf("%w: engine %q: %v", ErrConfig, e, err)
 			}
@@ -135,20 +139,20 @@ func New(cfg Config, deps Deps) (*Router, error) {
 }
 
 // instanceFor returns the instance with this id and URL, creating it (or replacing one
-// whose URL changed).
-func (r *Router) instanceFor(id, rawURL string) (*instance, error) {
+// whose URL changed); created says it is new.
+func (r *Router) instanceFor(id, rawURL string) (in *instance, created bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if in, ok := r.instances[id]; ok && in.rawURL == trimURL(rawURL) {
-		return in, nil
+		return in, false, nil
 	}
 	r.nextSlot++
-	in, err := newInstance(id, rawURL, r.nextSlot, &r.cfg)
+	in, err = newInstance(id, rawURL, r.nextSlot, &r.cfg)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	r.instances[id] = in
-	return in, nil
+	return in, true, nil
 }
 
 // Handler serves every route: the OpenAI endpoints, /invocations, /healthz, /readyz,

@@ -129,6 +129,9 @@ type FleetStats struct {
 	PendingKeys int `json:"pending_keys"`
 	// PeerRouters is how many other router replicas are publishing in-flight counts.
 	PeerRouters int `json:"peer_routers"`
+	// HotPrefixes is how many tracked prefixes a new instance would be pre-warmed with
+	// (seen at least twice; 0 with pre-warming off).
+	HotPrefixes int `json:"hot_prefixes"`
 	// TTFT percentiles over every instance's recent streaming TTFTs (the same rings as
 	// the per-instance figures), seconds; 0 without data.
 	TTFTP50Seconds float64 `json:"ttft_p50_seconds"`
@@ -167,6 +170,10 @@ type InstanceStats struct {
 	Warm          bool      `json:"warm"`
 	WarmupSeconds float64   `json:"warmup_seconds"`
 	JoinedAt      time.Time `json:"joined_at,omitzero"`
+	// Prewarming is true while the router replays hot prefixes to this new instance; it
+	// takes no real traffic then. Prewarm describes its pre-warming once there was one.
+	Prewarming bool          `json:"prewarming"`
+	Prewarm    *PrewarmStats `json:"prewarm,omitempty"`
 }
 
 // Stats returns a snapshot of the router's view of the fleet.
@@ -185,6 +192,8 @@ func (r *Router) Stats() Stats {
 			Running: int(in.running.Load()), Waiting: int(in.waiting.Load()),
 			PrefillTokensPerSecond: in.rate(),
 			Decisions:              map[string]uint64{},
+			Prewarming:             in.prewarm.active.Load(),
+			Prewarm:                in.prewarm.stats(now),
 		}
 		if d := in.desc.Load(); d != nil {
 			row.Model, row.Adapters, row.BlockSize = d.model, d.adapters, d.blockSize
@@ -244,6 +253,9 @@ func (r *Router) Stats() Stats {
 	st.Fleet.PendingKeys = r.pending.live(nowNS)
 	if r.peers != nil {
 		st.Fleet.PeerRouters = r.peers.count(now)
+	}
+	if r.hot != nil {
+		st.Fleet.HotPrefixes = r.hot.replayable()
 	}
 	return st
 }
