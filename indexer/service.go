@@ -66,6 +66,8 @@ type instance struct {
 	joinedAt time.Time
 	lastHB   time.Time
 	lastUpd  time.Time
+	// lag is a moving average of the ingestion lag: now − the engine time of each batch.
+	lag time.Duration
 
 	buffer     []*kvroutev1.EventBatch
 	snapGen    uint64
@@ -340,10 +342,18 @@ func (s *Service) get(id string, now time.Time) (*instance, bool) {
 
 func (s *Service) handleBatch(ctx context.Context, b *kvroutev1.EventBatch, now time.Time) {
 	in, added := s.get(b.Instance, now)
-	if ts := b.EngineTimeUnixNano; ts > 0 {
-		s.m.lag.Observe(now.Sub(time.Unix(0, ts)).Seconds())
-	} else if ts := b.SentAtUnixNano; ts > 0 {
-		s.m.lag.Observe(now.Sub(time.Unix(0, ts)).Seconds())
+	ts := b.EngineTimeUnixNano
+	if ts <= 0 {
+		ts = b.SentAtUnixNano
+	}
+	if ts > 0 {
+		lag := max(now.Sub(time.Unix(0, ts)), 0)
+		s.m.lag.Observe(lag.Seconds())
+		if in.lag == 0 {
+			in.lag = lag
+		} else {
+			in.lag += (lag - in.lag) / lagSmoothing
+		}
 	}
 	before := in.state()
 	s.applyOrBuffer(ctx, in, b, now)
@@ -684,8 +694,12 @@ func cmpU64(a, b uint64) int {
 
 // ---- view and notifications ----
 
+// lagSmoothing is the moving average's window: each batch moves it 1/lagSmoothing of the way.
+const lagSmoothing = 8
+
 func (s *Service) info(in *instance) InstanceInfo {
 	return InstanceInfo{
+		IngestionLag:  in.lag,
 		ID:            in.id,
 		Descriptor:    in.desc,
 		State:         in.state(),

@@ -255,7 +255,15 @@ func TestServiceFollowsAgentInOrder(t *testing.T) {
 		a.change(st, rm, false)
 	}
 	eventually(t, 5*time.Second, "index == agent mirror", func() bool { return sameKeys(e, a) && e.state(a.id) == StateReady })
+	// The heartbeat loop runs beside the batches: wait for one to be recorded too.
+	eventually(t, 5*time.Second, "a heartbeat recorded", func() bool {
+		in, _ := e.svc.Instance(a.id)
+		return in.Descriptor != nil && in.Load != nil
+	})
 	in, _ := e.svc.Instance(a.id)
+	if in.IngestionLag <= 0 || in.IngestionLag > 5*time.Second {
+		t.Fatalf("ingestion lag %v: want the moving average of batch ages, > 0 and < 5 s", in.IngestionLag)
+	}
 	if in.Epoch != a.epoch || in.LastSeq != 50 || in.Blocks != len(a.Keys()) {
 		t.Fatalf("instance = %+v, want epoch %d, seq 50, %d blocks", in, a.epoch, len(a.Keys()))
 	}

@@ -84,9 +84,12 @@ type InstanceInfo struct {
 	JoinedAt      time.Time
 	LastHeartbeat time.Time
 	LastUpdate    time.Time
-	Warmup        Warmup
-	Gaps          uint64
-	Snapshots     uint64
+	// IngestionLag is a moving average (over about the last 8 batches) of the time from
+	// the engine's batch timestamp to the index applying it.
+	IngestionLag time.Duration
+	Warmup       Warmup
+	Gaps         uint64
+	Snapshots    uint64
 	// EventsApplied counts block events (keys stored or removed) applied for it.
 	EventsApplied uint64
 }
