@@ -8,16 +8,25 @@ import (
 
 // bpeModel is a byte-level BPE model. Its vocabulary and merges are stored over raw
 // bytes (decoded from the byte-level alphabet at load), so words are merged straight
-// from the input bytes without mapping them to the alphabet first.
+// from the input bytes without mapping them to the alphabet first. Nothing in it
+// holds a pointer per token (see vocabulary), so it costs the garbage collector
+// nothing to keep.
 type bpeModel struct {
-	vocab        map[string]uint32 // raw bytes → id
-	merges       map[uint64]merge  // left id<<32 | right id → rule
-	table        *mergeTable       // the same rules, for the merge loop
+	vocab        *vocabulary
+	merges       []byte      // the rules in rank order: left, right, merged id (little-endian uint32s)
+	table        *mergeTable // the same rules, first (lowest) rank per pair, for the merge loop
 	byteID       [256]uint32
 	hasByte      [256]bool
 	ignoreMerges bool
-	// tokens maps an id to its token as written in tokenizer.json (byte-level text).
-	tokens map[uint32]string
+}
+
+// bpeBody is a BPE model's vocabulary and merge rules, from the fast JSON scanner
+// or the compact form; err is a vocabulary or merge problem found while building
+// it, reported where the generic path reports it.
+type bpeBody struct {
+	vocab  *vocabulary
+	merges []byte
+	err    error
 }
 
 type merge struct {
@@ -40,7 +49,11 @@ type bpeJSON struct {
 	IgnoreMerges            bool              `json:"ignore_merges"`
 }
 
-func parseBPE(raw json.RawMessage) (*bpeModel, error) {
+// parseBPE builds the model from tokenizer.json's model object. body is its
+// vocabulary and merges when the fast scanner or the compact form supplied them
+// (raw is then the object without those two members); nil decodes them from raw
+// with encoding/json (the generic path).
+func parseBPE(raw json.RawMessage, body *bpeBody) (*bpeModel, error) {
 	var j bpeJSON
 	if err := json.Unmarshal(raw, &j); err != nil {
 		if typ, _ := componentType(raw); typ != "BPE" && typ != "" {
@@ -61,49 +74,63 @@ func parseBPE(raw json.RawMessage) (*bpeModel, error) {
 	case j.ByteFallback:
 		return nil, fmt.Errorf("%w: model BPE byte_fallback (SentencePiece-style BPE)", ErrUnsupported)
 	}
-	m := &bpeModel{
-		vocab:        make(map[string]uint32, len(j.Vocab)),
-		ignoreMerges: j.IgnoreMerges,
-		tokens:       make(map[uint32]string, len(j.Vocab)),
+	if body == nil {
+		var err error
+		if body, err = genericBody(j.Vocab, j.Merges); err != nil {
+			return nil, err
+		}
 	}
-	var buf []byte
-	for tok, id := range j.Vocab {
-		m.tokens[id] = tok
-		raw, ok := byteLevelDecode(buf[:0], tok)
-		if !ok {
-			// Not byte-level text: unreachable from byte-level input, kept for decoding.
+	if body.err != nil {
+		return nil, body.err
+	}
+	m := &bpeModel{vocab: body.vocab, merges: body.merges, ignoreMerges: j.IgnoreMerges}
+	if m.ignoreMerges && m.vocab.index == nil {
+		m.vocab.buildIndex()
+	} else if !m.ignoreMerges {
+		m.vocab.index = nil // only looked up for ignore_merges
+	}
+	for id, k := range m.vocab.kind {
+		if k != tokBytes {
 			continue
 		}
-		buf = raw
-		m.vocab[string(raw)] = id
-		if len(raw) == 1 {
-			m.byteID[raw[0]] = id
-			m.hasByte[raw[0]] = true
+		if t, _ := m.vocab.token(uint32(id)); len(t) == 1 {
+			m.byteID[t[0]] = uint32(id)
+			m.hasByte[t[0]] = true
 		}
 	}
-	merges, err := parseMerges(j.Merges)
+	n := len(m.merges) / 12
+	m.table = newMergeTable(n)
+	for rank := range n {
+		r := m.merges[12*rank : 12*rank+12]
+		left, right, id := le32(r), le32(r[4:]), le32(r[8:])
+		if int(max(left, right, id)) >= len(m.vocab.kind) {
+			return nil, fmt.Errorf("model BPE merge %d: id out of range", rank)
+		}
+		m.table.put(pairKey(left, right), merge{rank: uint32(rank), id: id})
+	}
+	return m, nil
+}
+
+// genericBody builds the body from encoding/json's decoding of the model object
+// (the path for anything the fast scanner leaves to encoding/json).
+func genericBody(vocab map[string]uint32, rawMerges json.RawMessage) (*bpeBody, error) {
+	b := newVocabBuilder(len(vocab), 8*len(vocab))
+	for tok, id := range vocab {
+		b.add([]byte(tok), id)
+	}
+	merges, err := parseMerges(rawMerges)
 	if err != nil {
 		return nil, fmt.Errorf("model BPE: %w", err)
 	}
-	m.merges = make(map[uint64]merge, len(merges))
+	r := b.resolver()
 	for rank, mg := range merges {
-		left, right := mg[0], mg[1]
-		lid, lok := j.Vocab[left]
-		rid, rok := j.Vocab[right]
-		nid, nok := j.Vocab[left+right]
-		if !lok || !rok || !nok {
-			return nil, fmt.Errorf("model BPE merge %d (%q %q): token not in vocab", rank, left, right)
-		}
-		k := pairKey(lid, rid)
-		if _, dup := m.merges[k]; !dup { // the first (lowest) rank wins
-			m.merges[k] = merge{rank: uint32(rank), id: nid}
-		}
+		r.add(rank, []byte(mg[0]), []byte(mg[1]))
 	}
-	m.table = newMergeTable(len(m.merges))
-	for k, mg := range m.merges {
-		m.table.put(k, mg)
+	err = b.err
+	if err == nil {
+		err = r.err
 	}
-	return m, nil
+	return &bpeBody{vocab: r.v, merges: r.out, err: err}, nil
 }
 
 // parseMerges reads the merges in either the "a b" or the ["a", "b"] form.
@@ -140,7 +167,7 @@ func parseMerges(raw json.RawMessage) ([][2]string, error) {
 // encodeWord appends the ids of one pre-token (raw bytes) to dst. work is scratch.
 func (m *bpeModel) encodeWord(dst []uint32, word string, work []uint32) ([]uint32, []uint32, error) {
 	if m.ignoreMerges {
-		if id, ok := m.vocab[word]; ok {
+		if id, ok := m.vocab.lookupString(word); ok {
 			return append(dst, id), work, nil
 		}
 	}

@@ -3,17 +3,39 @@ package tokenizer
 import (
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 )
+
+// referenceMerges is the model's merge rules as a Go map (first rank per pair),
+// built from the rule list independently of the flat merge table.
+var referenceMerges sync.Map // *bpeModel → map[uint64]merge
+
+func referenceRules(m *bpeModel) map[uint64]merge {
+	if r, ok := referenceMerges.Load(m); ok {
+		return r.(map[uint64]merge)
+	}
+	rules := make(map[uint64]merge, len(m.merges)/12)
+	for rank := range len(m.merges) / 12 {
+		r := m.merges[12*rank:]
+		k := pairKey(le32(r), le32(r[4:]))
+		if _, dup := rules[k]; !dup {
+			rules[k] = merge{rank: uint32(rank), id: le32(r[8:])}
+		}
+	}
+	referenceMerges.Store(m, rules)
+	return rules
+}
 
 // referenceEncodeWord is the straightforward merge loop (rescan every pair after
 // each merge) that bpeModel.encodeWord's cached-rank loop must reproduce.
 func referenceEncodeWord(m *bpeModel, word string) []uint32 {
 	if m.ignoreMerges {
-		if id, ok := m.vocab[word]; ok {
+		if id, ok := m.vocab.lookupString(word); ok {
 			return []uint32{id}
 		}
 	}
+	merges := referenceRules(m)
 	var syms []uint32
 	for i := 0; i < len(word); i++ {
 		syms = append(syms, m.byteID[word[i]])
@@ -22,7 +44,7 @@ func referenceEncodeWord(m *bpeModel, word string) []uint32 {
 		best, bestRank := -1, uint32(0)
 		var bestID uint32
 		for i := 0; i+1 < len(syms); i++ {
-			if mg, ok := m.merges[pairKey(syms[i], syms[i+1])]; ok && (best < 0 || mg.rank < bestRank) {
+			if mg, ok := merges[pairKey(syms[i], syms[i+1])]; ok && (best < 0 || mg.rank < bestRank) {
 				best, bestRank, bestID = i, mg.rank, mg.id
 			}
 		}

@@ -7,8 +7,13 @@ import "unicode/utf8"
 // Latin-1 bytes map to themselves; the rest map to U+0100 onwards, in byte order.
 var (
 	byteToRune [256]rune
-	runeToByte = make(map[rune]byte, 256)
+	// runeToByte is the inverse: byte+1 for runes of the alphabet, 0 for the rest.
+	// The alphabet ends at U+0143, so a flat table replaces a map (the loader
+	// decodes ~150k vocabulary entries with it).
+	runeToByte [alphabetEnd]uint16
 )
+
+const alphabetEnd = 0x144 // one past the highest rune of the alphabet
 
 func init() {
 	n := 0
@@ -19,8 +24,15 @@ func init() {
 			byteToRune[b] = rune(256 + n)
 			n++
 		}
-		runeToByte[byteToRune[b]] = byte(b)
+		runeToByte[byteToRune[b]] = uint16(b) + 1
 	}
+}
+
+func byteOfRune(r rune) (byte, bool) {
+	if r < 0 || r >= alphabetEnd || runeToByte[r] == 0 {
+		return 0, false
+	}
+	return byte(runeToByte[r] - 1), true
 }
 
 // byteLevelDecode maps a byte-level token string back to its raw bytes. ok is false
@@ -29,11 +41,36 @@ func init() {
 func byteLevelDecode(dst []byte, s string) ([]byte, bool) {
 	start := len(dst)
 	for _, r := range s {
-		b, ok := runeToByte[r]
+		b, ok := byteOfRune(r)
 		if !ok {
 			return dst[:start], false
 		}
 		dst = append(dst, b)
+	}
+	return dst, true
+}
+
+// byteLevelDecodeBytes is byteLevelDecode for a byte slice (invalid UTF-8 is
+// outside the alphabet, as U+FFFD is for the string form).
+func byteLevelDecodeBytes(dst []byte, s []byte) ([]byte, bool) {
+	start := len(dst)
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c < '!' || c > '~' {
+				return dst[:start], false
+			}
+			dst = append(dst, c)
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(s[i:])
+		b, ok := byteOfRune(r)
+		if !ok || r == utf8.RuneError {
+			return dst[:start], false
+		}
+		dst = append(dst, b)
+		i += size
 	}
 	return dst, true
 }

@@ -13,9 +13,13 @@ import (
 const DefaultModelName = "Qwen/Qwen3-0.6B"
 
 // The embedded default: Qwen3's tokenizer (Apache-2.0, see models/qwen3/NOTICE).
+// tokenizer.json is embedded in its compact form (compact.go), generated from the
+// committed models/qwen3/tokenizer.json.gz; tokenizer_config.json as it is.
+//
+//go:generate go test -run ^TestCompactEmbeddedCurrent$ -update-compact .
 var (
-	//go:embed models/qwen3/tokenizer.json.gz
-	qwen3TokenizerGz []byte
+	//go:embed models/qwen3/tokenizer.compact
+	qwen3Compact []byte
 	//go:embed models/qwen3/tokenizer_config.json.gz
 	qwen3ConfigGz []byte
 )
@@ -27,7 +31,7 @@ var (
 )
 
 // Default returns the embedded Qwen3 tokenizer (served as DefaultModelName) with
-// DefaultConfig. It is parsed once, on first use, and shared; use WithConfig for
+// DefaultConfig. It is loaded once, on first use, and shared; use WithConfig for
 // other limits.
 func Default() (*Model, error) {
 	defaultOnce.Do(func() {
@@ -37,17 +41,13 @@ func Default() (*Model, error) {
 }
 
 func loadEmbedded() (*Model, error) {
-	tj, err := gunzip(qwen3TokenizerGz)
-	if err != nil {
-		return nil, fmt.Errorf("tokenizer: embedded tokenizer.json: %w", err)
-	}
 	tc, err := gunzip(qwen3ConfigGz)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: embedded tokenizer_config.json: %w", err)
 	}
-	c, err := parseCore(tj, tc)
+	c, err := parseCompactCore(qwen3Compact, tc)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("tokenizer: embedded tokenizer: %w", err)
 	}
 	c.name = DefaultModelName
 	return newModel(c, DefaultConfig())

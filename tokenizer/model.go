@@ -135,10 +135,33 @@ func newModel(c *core, cfg Config) (*Model, error) {
 // parseCore builds the pipeline from the two files' bytes. Every component it
 // cannot reproduce exactly is an ErrUnsupported error naming it.
 func parseCore(tokenizerJSON, configJSON []byte) (*core, error) {
-	var f tokenizerFile
-	if err := json.Unmarshal(tokenizerJSON, &f); err != nil {
-		return nil, fmt.Errorf("tokenizer: tokenizer.json: %w", err)
+	f, body, err := decodeTokenizerJSON(tokenizerJSON)
+	if err != nil {
+		return nil, err
 	}
+	return buildCore(f, body, configJSON)
+}
+
+// decodeTokenizerJSON decodes tokenizer.json: with the fast scanner (body holds
+// the BPE vocabulary and merges, f.Model the rest of the model object) or, for
+// anything the scanner leaves to it, with encoding/json alone (body nil).
+func decodeTokenizerJSON(data []byte) (*tokenizerFile, *bpeBody, error) {
+	if skeleton, body, ok := scanTokenizerJSON(data); ok {
+		var f tokenizerFile
+		if json.Unmarshal(skeleton, &f) == nil {
+			return &f, body, nil
+		}
+	}
+	var f tokenizerFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, nil, fmt.Errorf("tokenizer: tokenizer.json: %w", err)
+	}
+	return &f, nil, nil
+}
+
+// buildCore builds the pipeline from the decoded tokenizer.json (see parseBPE for
+// body) and tokenizer_config.json's bytes.
+func buildCore(f *tokenizerFile, body *bpeBody, configJSON []byte) (*core, error) {
 	if !isNull(f.Truncation) || !isNull(f.Padding) {
 		// Both change ids only for batch/length options vLLM does not use for
 		// prompts; refuse rather than guess.
@@ -155,7 +178,7 @@ func parseCore(tokenizerJSON, configJSON []byte) (*core, error) {
 	if isNull(f.Model) {
 		return nil, fmt.Errorf("tokenizer: tokenizer.json has no model")
 	}
-	if c.bpe, err = parseBPE(f.Model); err != nil {
+	if c.bpe, err = parseBPE(f.Model, body); err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
 	if !c.pre.byteLevel {
@@ -399,13 +422,13 @@ func (m *Model) Decode(ids []uint32, skipSpecial bool) (string, error) {
 			}
 			continue
 		}
-		tok, ok := m.c.bpe.tokens[id]
-		if !ok {
+		// tokBytes tokens are stored as their raw bytes, the others as their
+		// text: either way the bytes to append.
+		tok, kind := m.c.bpe.vocab.token(id)
+		if kind == tokAbsent {
 			return "", fmt.Errorf("tokenizer: decode: id %d is not in the vocabulary", id)
 		}
-		if buf, ok = byteLevelDecode(buf, tok); !ok {
-			buf = append(buf, tok...)
-		}
+		buf = append(buf, tok...)
 	}
 	text := lossyUTF8(buf)
 	if m.c.cleanUp {
