@@ -76,7 +76,36 @@ func applyConfig(cmd *cobra.Command) error {
 	if len(errs) > 0 {
 		return usageError{errors.Join(errs...)}
 	}
+	if unknown := unknownEnv(cmd.Root(), os.Environ()); len(unknown) > 0 {
+		fmt.Fprintf(cmd.ErrOrStderr(), "kvroute: warning: environment variables that set no flag of any subcommand: %s\n", strings.Join(unknown, ", "))
+	}
 	return nil
+}
+
+// unknownEnv lists the KVROUTE_* variables in env that match no flag of any command in
+// the tree: a typo there would otherwise pass silently. (A variable meant for another
+// subcommand is fine: one environment often serves several.)
+func unknownEnv(root *cobra.Command, env []string) []string {
+	known := map[string]bool{}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
+			fs.VisitAll(func(f *pflag.Flag) { known[envName(f.Name)] = true })
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	var out []string
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, envPrefix) && !known[name] {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // readConfigFile reads a YAML mapping of flag names to values. Keys may use '-' or '_'.

@@ -120,3 +120,11 @@ func TestEnvName(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+func TestUnknownEnvIsNamed(t *testing.T) {
+	root := newRootCmd()
+	got := unknownEnv(root, []string{"KVROUTE_NATS=x", "KVROUTE_CONCURENCY_THRESHOLD=4", "KVROUTE_ENGINE_URL=u", "HOME=/root", "KVROUTE_LISTEN=:1"})
+	if strings.Join(got, ",") != "KVROUTE_CONCURENCY_THRESHOLD" {
+		t.Fatalf("unknown env %v: want only the typo (NATS, ENGINE_URL and LISTEN are flags of some subcommand)", got)
+	}
+}
