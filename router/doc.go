@@ -9,7 +9,9 @@
 // count as held there until the engine's events confirm them), learns every instance's
 // prefill rate from observed time to first token, ejects failing instances, and shares
 // its in-flight counts with other replicas over NATS so the concurrency threshold holds
-// fleet-wide.
+// fleet-wide. Optionally (Config.PrewarmPrefixes) it tracks the hottest prompt prefixes
+// it routed and replays them, max_tokens=1, to an instance that newly appears before that
+// instance takes real traffic.
 //
 // It must not keep the index itself (package indexer does), decode engine events, or log
 // prompt text. Several Routers may live in one process: nothing here is global, and every

@@ -44,8 +44,8 @@ func startSim(t *testing.T, tok tokenizer.Tokenizer, mut func(*sim.Config)) *sim
 
 // simInfo is how the hand-fed index announces a simulator.
 func simInfo(id string, sv *sim.Server) instanceInfo {
-	return instanceInfo{id: id, engineURL: sv.URL(), model: sv.Config().Model, blockSize: sv.Config().BlockSize,
-		routable: true, loadOK: true, idx: indexState{state: "ready"}}
+	return instanceInfo{id: id, engineURL: sv.URL(), model: sv.Config().Model, adapters: sv.Config().LoRAAdapters,
+		blockSize: sv.Config().BlockSize, routable: true, loadOK: true, idx: indexState{state: "ready"}}
 }
 
 // engineCached sends body straight to an engine and returns its usage.cached_tokens.
@@ -201,6 +201,57 @@ func TestPrewarmNewcomer(t *testing.T) {
 				t.Fatalf("a prompt seen once was replayed: %d cached", got)
 			}
 		})
+	}
+}
+
+// A hot prefix under a cache_salt, and one for a LoRA adapter, are replayed with their
+// salt and adapter: the newcomer caches them under the same keys the real requests use,
+// and not under the unsalted base model.
+func TestPrewarmSaltAndAdapter(t *testing.T) {
+	tok := defaultTok(t)
+	idx := newMemIndex()
+	withLoRA := func(c *sim.Config) { c.LoRAAdapters = []string{"lora-x"} }
+	idx.setInstance(simInfo("old", startSim(t, tok, withLoRA)))
+	cfg := DefaultConfig()
+	cfg.PrewarmPrefixes = 4
+	r, _ := testRouter(t, cfg, idx, tok)
+	fleetReady(t, r, 1)
+	salted, adapted := longText(901, 300), longText(902, 300)
+	asAdapter := func(body string) string {
+		return strings.Replace(body, `"model":"`+tokenizer.DefaultModelName+`"`, `"model":"lora-x"`, 1)
+	}
+	for q := range 2 {
+		for _, body := range []string{
+			chatBody(salted, fmt.Sprint("q", q), `,"max_tokens":1,"cache_salt":"tenant-7"`),
+			asAdapter(chatBody(adapted, fmt.Sprint("q", q), `,"max_tokens":1`)),
+		} {
+			if rep := post(t, r.URL(), "/v1/chat/completions", body); rep.code != 200 {
+				t.Fatalf("traffic: %d %s", rep.code, rep.body)
+			}
+		}
+	}
+	newcomer := startSim(t, tok, withLoRA)
+	idx.setInstance(simInfo("newcomer", newcomer))
+	waitFor(t, "newcomer pre-warmed", func() bool {
+		row, _ := rowOf(r, "newcomer")
+		return row.Prewarm != nil && !row.Prewarming
+	})
+	if row, _ := rowOf(r, "newcomer"); row.Prewarm.OK != 2 {
+		t.Fatalf("pre-warming: %+v", row.Prewarm)
+	}
+	// Unsalted / base-model twins first: they must find nothing (and cache their own keys,
+	// which the salted and adapter requests below must not match either).
+	if got := engineCached(t, newcomer.URL(), chatBody(salted, "x", `,"max_tokens":1`)); got != 0 {
+		t.Fatalf("unsalted request hit the salted prefix: %d cached", got)
+	}
+	if got := engineCached(t, newcomer.URL(), chatBody(adapted, "x", `,"max_tokens":1`)); got != 0 {
+		t.Fatalf("base-model request hit the adapter's prefix: %d cached", got)
+	}
+	if got := engineCached(t, newcomer.URL(), chatBody(salted, "y", `,"max_tokens":1,"cache_salt":"tenant-7"`)); got < 160 {
+		t.Fatalf("salted request after pre-warming: %d cached", got)
+	}
+	if got := engineCached(t, newcomer.URL(), asAdapter(chatBody(adapted, "y", `,"max_tokens":1`))); got < 160 {
+		t.Fatalf("adapter request after pre-warming: %d cached", got)
 	}
 }
 
