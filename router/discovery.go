@@ -250,7 +250,8 @@ func sumFamily(f *dto.MetricFamily) float64 {
 func (r *Router) housekeeping() {
 	now := time.Now()
 	nowNS := now.UnixNano()
-	var newest time.Time
+	var lag time.Duration
+	seen := false
 	for _, in := range r.fleet.Load().list {
 		ej := 0.0
 		if in.health.ejected(nowNS) {
@@ -261,13 +262,13 @@ func (r *Router) housekeeping() {
 		if in.idx.warm {
 			r.metrics.warmup.WithLabelValues(in.id).Set(in.idx.warmup.Seconds())
 		}
-		if in.idx.lastUpdate.After(newest) {
-			newest = in.idx.lastUpdate
+		if !in.idx.lastUpdate.IsZero() {
+			lag, seen = max(lag, in.idx.lag), true
 		}
 		in.mu.Unlock()
 	}
-	if !newest.IsZero() {
-		r.metrics.eventLag.Set(now.Sub(newest).Seconds())
+	if seen {
+		r.metrics.eventLag.Set(lag.Seconds())
 	}
 	sum, _ := r.window.sum(now)
 	if sum.requests > 0 {

@@ -45,7 +45,7 @@ func (s serviceIndex) instances() []instanceInfo {
 			routable: in.State == indexer.StateJoining || in.State == indexer.StateSyncing || in.State == indexer.StateReady,
 			idx: indexState{
 				state: in.State.String(), blocks: in.Blocks, epoch: in.Epoch, lastSeq: in.LastSeq,
-				joinedAt: in.JoinedAt, lastUpdate: in.LastUpdate,
+				joinedAt: in.JoinedAt, lastUpdate: in.LastUpdate, lag: in.IngestionLag,
 				hitRate: in.Warmup.HitRate, fleetHitRate: in.Warmup.FleetHitRate,
 				warm: in.Warmup.Warm, warmup: in.Warmup.WarmupTime,
 			},

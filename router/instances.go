@@ -34,6 +34,8 @@ type indexState struct {
 	lastSeq      uint64
 	joinedAt     time.Time
 	lastUpdate   time.Time
+	// lag is the index's moving average of engine batch time → applied.
+	lag time.Duration
 	hitRate      float64
 	fleetHitRate float64
 	warm         bool

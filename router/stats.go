@@ -122,8 +122,8 @@ type FleetStats struct {
 	OverflowRatio float64 `json:"overflow_ratio"`
 	// DecisionMix counts requests per decision name.
 	DecisionMix map[string]uint64 `json:"decision_mix"`
-	// EventLagSeconds is the age of the newest index update over all instances (0 without
-	// an index).
+	// EventLagSeconds is the worst instance's ingestion lag: the index's moving average
+	// of engine batch time → applied (0 without an index).
 	EventLagSeconds float64 `json:"event_lag_seconds"`
 	// PendingKeys is the live size of the pending overlay.
 	PendingKeys int `json:"pending_keys"`
@@ -163,6 +163,8 @@ type InstanceStats struct {
 	// EngineHitRate is the engine's own prefix-cache hit rate (cumulative counters).
 	EngineHitRate float64 `json:"engine_hit_rate"`
 	CachedBlocks  int     `json:"cached_blocks"`
+	// IngestionLagSeconds is the index's moving average of engine batch time → applied.
+	IngestionLagSeconds float64 `json:"ingestion_lag_seconds"`
 	// Warm-up from the index: windowed hit rate vs the fleet's, and the time from join
 	// until it first reached the fleet's.
 	HitRate       float64   `json:"hit_rate"`
@@ -182,7 +184,7 @@ func (r *Router) Stats() Stats {
 	nowNS := now.UnixNano()
 	f := r.fleet.Load()
 	st := Stats{RouterID: r.cfg.RouterID, Policy: r.cfg.Policy, Time: now, Instances: make([]InstanceStats, 0, len(f.list))}
-	var newest time.Time
+	var lag time.Duration
 	var allTTFT []time.Duration
 	for _, in := range f.list {
 		row := InstanceStats{
@@ -207,9 +209,8 @@ func (r *Router) Stats() Stats {
 		if in.engineQueries > 0 {
 			row.EngineHitRate = in.engineHits / in.engineQueries
 		}
-		if in.idx.lastUpdate.After(newest) {
-			newest = in.idx.lastUpdate
-		}
+		row.IngestionLagSeconds = in.idx.lag.Seconds()
+		lag = max(lag, in.idx.lag)
 		in.mu.Unlock()
 		if row.State == "" {
 			row.State = "static"
@@ -247,9 +248,7 @@ func (r *Router) Stats() Stats {
 			st.Fleet.DecisionMix[Decision(i).String()] = n
 		}
 	}
-	if !newest.IsZero() {
-		st.Fleet.EventLagSeconds = now.Sub(newest).Seconds()
-	}
+	st.Fleet.EventLagSeconds = lag.Seconds()
 	st.Fleet.PendingKeys = r.pending.live(nowNS)
 	if r.peers != nil {
 		st.Fleet.PeerRouters = r.peers.count(now)

@@ -41,6 +41,7 @@ type demoConfig struct {
 	MaxTokens       int
 	ZipfS           float64
 	Threshold       int
+	Prewarm         int
 	Seed            uint64
 	SummaryEvery    time.Duration
 	Duration        time.Duration
@@ -105,6 +106,7 @@ line is printed every --summary-every. Ctrl-C stops everything.`,
 	fs.IntVar(&c.MaxTokens, "max-tokens", c.MaxTokens, "workload: output tokens per request")
 	fs.Float64Var(&c.ZipfS, "zipf", c.ZipfS, "workload: Zipf exponent of system-prompt popularity (> 1)")
 	fs.IntVar(&c.Threshold, "concurrency-threshold", c.Threshold, "router: in-flight requests per instance before overflow (1..1024)")
+	fs.IntVar(&c.Prewarm, "prewarm-prefixes", c.Prewarm, "router: replay this many hottest prefixes to each joining engine before it takes traffic (0 = off, to watch a cold warm-up)")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the workload and the engines")
 	fs.DurationVar(&c.SummaryEvery, "summary-every", c.SummaryEvery, "period of the summary line")
 	fs.DurationVar(&c.Duration, "duration", 0, "stop after this long (0 = until Ctrl-C)")
@@ -151,6 +153,7 @@ func startDemo(ctx context.Context, c demoConfig, log *slog.Logger) (*demo, erro
 	fc.Router.ConcurrencyThreshold = c.Threshold
 	fc.Router.RouterID = "demo"
 	fc.Router.DebugHeaders = true
+	fc.Router.PrewarmPrefixes = c.Prewarm
 	f, err := fleet.Start(ctx, fc, tok, nil, log)
 	if err != nil {
 		return nil, err

@@ -49,7 +49,8 @@ type FleetSample struct {
 	OverflowRatio  float64 `json:"overflow_ratio"`
 	TTFTP50Seconds float64 `json:"ttft_p50_s"`
 	TTFTP90Seconds float64 `json:"ttft_p90_s"`
-	// EventLagSeconds: engine batch time → applied in the index, recent mean.
+	// EventLagSeconds: engine batch time → applied in the index, the worst instance's
+	// moving average.
 	EventLagSeconds float64 `json:"event_lag_s"`
 	// Decisions counts routing decisions by kind since start; DecisionRate is per second
 	// over the last sampling interval (computed here from consecutive samples).
