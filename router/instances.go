@@ -28,14 +28,14 @@ func (d *descriptor) serves(model string) bool {
 
 // indexState mirrors the index's view of an instance (for Stats and warm-up).
 type indexState struct {
-	state        string
-	blocks       int
-	epoch        uint64
-	lastSeq      uint64
-	joinedAt     time.Time
-	lastUpdate   time.Time
+	state      string
+	blocks     int
+	epoch      uint64
+	lastSeq    uint64
+	joinedAt   time.Time
+	lastUpdate time.Time
 	// lag is the index's moving average of engine batch time → applied.
-	lag time.Duration
+	lag          time.Duration
 	hitRate      float64
 	fleetHitRate float64
 	warm         bool
