@@ -15,7 +15,7 @@ func ExampleGenerate() {
 		panic(err)
 	}
 	fmt.Println(tr.Workload, len(tr.Requests), "requests on", tr.Engines, "engines, then", tr.Joins[0].Engines, "more after", tr.Joins[0].AfterRequests)
-	// Output: scale-out 30 requests on 4 engines, then 3 more after 10
+	// Output: scale-out 30 requests on 4 engines, then 3 more after 15
 }
 
 // The oracle is the hit rate of an unbounded prefix cache on the prompts in order.

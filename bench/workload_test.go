@@ -135,8 +135,8 @@ func TestScaleOutJoins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tr.Engines != 4 || len(tr.Joins) != 1 || tr.Joins[0].Engines != 3 || tr.Joins[0].AfterRequests != 30 || tr.MaxEngines() != 7 {
-		t.Fatalf("scale-out: engines %d joins %+v, want 4 then +3 after 30 requests", tr.Engines, tr.Joins)
+	if tr.Engines != 4 || len(tr.Joins) != 1 || tr.Joins[0].Engines != 3 || tr.Joins[0].AfterRequests != 45 || tr.MaxEngines() != 7 {
+		t.Fatalf("scale-out: engines %d joins %+v, want 4 then +3 after 45 requests", tr.Engines, tr.Joins)
 	}
 }
 
