@@ -110,8 +110,8 @@ func (b *bundle) kvrouteContainers() ([]kvrouteContainer, []error) {
 }
 
 // checkKvrouteFlags checks every kvroute container against the flags of its subcommand (from
-// flagsOf), and its listen addresses against its declared ports.
-func checkKvrouteFlags(b *bundle, flagsOf func(sub string) (map[string]bool, bool)) []error {
+// flagsOf: names and value types), and its listen addresses against its declared ports.
+func checkKvrouteFlags(b *bundle, flagsOf func(sub string) (flagSet, bool)) []error {
 	kcs, errs := b.kvrouteContainers()
 	for _, kc := range kcs {
 		fail := func(format string, args ...any) {
@@ -123,8 +123,15 @@ func checkKvrouteFlags(b *bundle, flagsOf func(sub string) (map[string]bool, boo
 			continue
 		}
 		for _, f := range slices.Concat(sortedKeys(kc.flags), kc.documented) {
-			if !known[f] {
+			typ, ok := known[f]
+			if !ok {
 				fail("kvroute %s has no flag --%s (set as --%s or KVROUTE_%s)", kc.sub, f, f, strings.ToUpper(strings.ReplaceAll(f, "-", "_")))
+				continue
+			}
+			if v, set := kc.flags[f]; set {
+				if err := checkValue(typ, v); err != nil {
+					fail("kvroute %s --%s: %v", kc.sub, f, err)
+				}
 			}
 		}
 		listenPorts := map[int32]string{}

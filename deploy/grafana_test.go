@@ -140,7 +140,7 @@ func checkDashboard(d *dashboard, p *promql) ([]error, map[string]bool) {
 			if !vars[name] {
 				fail("%s: variable $%s is not defined", where, name)
 			}
-			return "x"
+			return grafanaVarMark + name
 		})
 	}
 	checkExpr := func(where, expr, legend string) {
@@ -229,6 +229,12 @@ func checkDashboard(d *dashboard, p *promql) ([]error, map[string]bool) {
 }
 
 func TestGrafanaDashboard(t *testing.T) {
+	checkDashboardFile(t, goldenCatalog(t))
+}
+
+// checkDashboardFile checks the dashboard against cat, with the series the rules record.
+func checkDashboardFile(t *testing.T, cat *catalog) {
+	t.Helper()
 	raw, err := os.ReadFile(dashboardFile)
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +243,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, p := loadRules(t) // the dashboard may use recorded series
+	_, p := loadRules(t, cat) // the dashboard may use recorded series
 	errs, used := checkDashboard(d, p)
 	for _, err := range errs {
 		t.Error(err)
@@ -247,7 +253,7 @@ func TestGrafanaDashboard(t *testing.T) {
 			t.Errorf("dashboard: no panel uses %s", m)
 		}
 	}
-	t.Logf("%d panels, %d metrics used", len(d.Panels), len(used))
+	t.Logf("%d panels, %d metrics used, checked against %s", len(d.Panels), len(used), cat.origin)
 }
 
 // TestGrafanaCheckerCatches: dashboards with one mistake each.
@@ -257,11 +263,12 @@ func TestGrafanaCheckerCatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := []struct{ name, old, new, want string }{
-		{"metric typo", `kvroute_router_overflow_ratio{`, `kvroute_router_overflow_rate{`, `"kvroute_router_overflow_rate" is not in the metric contract`},
+		{"metric typo", `kvroute_router_overflow_ratio{`, `kvroute_router_overflow_rate{`, `"kvroute_router_overflow_rate" is exported by no kvroute component`},
 		{"undefined variable", `namespace=\"$namespace\"`, `namespace=\"$namespaces\"`, "variable $namespaces is not defined"},
 		{"unknown field", `"legendFormat"`, `"legendFromat"`, `unknown field "legendFromat"`},
 		{"legend label", `"legendFormat": "{{decision}}"`, `"legendFormat": "{{decisions}}"`, `uses label "decisions"`},
 		{"datasource", `"uid": "${datasource}"`, `"uid": "prometheus"`, "does not use the datasource variable"},
+		{"label value", `state=\"ready\"`, `state=\"redy\"`, `label state="redy"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -273,7 +280,7 @@ func TestGrafanaCheckerCatches(t *testing.T) {
 			if d, err := decodeDashboard([]byte(bad)); err != nil {
 				errs = append(errs, err)
 			} else {
-				errs, _ = checkDashboard(d, newPromQL())
+				errs, _ = checkDashboard(d, newPromQL(goldenCatalog(t)))
 			}
 			if !containsErr(errs, c.want) {
 				t.Errorf("errors %v\nwant one containing %q", errs, c.want)

@@ -96,7 +96,7 @@ func TestManifests(t *testing.T) {
 	}
 	checks := map[string][]error{
 		"objects": checkObjects(b),
-		"flags":   checkKvrouteFlags(b, staticFlags),
+		"flags":   checkKvrouteFlags(b, goldenFlags(t)),
 		"nats":    checkNATSServers(b),
 		"engines": checkEngines(b),
 	}
@@ -187,6 +187,7 @@ func TestBadManifests(t *testing.T) {
 		t.Fatalf("no testdata/bad/*.yaml: %v", err)
 	}
 	sort.Strings(files)
+	flagsOf := goldenFlags(t)
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			raw, err := os.ReadFile(f)
@@ -209,7 +210,7 @@ func TestBadManifests(t *testing.T) {
 				b.objects = append(b.objects, object{file: f, obj: o})
 			}
 			errs = append(errs, checkObjects(b)...)
-			errs = append(errs, checkKvrouteFlags(b, staticFlags)...)
+			errs = append(errs, checkKvrouteFlags(b, flagsOf)...)
 			errs = append(errs, checkNATSServers(b)...)
 			errs = append(errs, checkEngines(b)...)
 			if !containsErr(errs, want) {

@@ -16,7 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-var update = flag.Bool("update", false, "rewrite k8s/prometheusrule.yaml from prometheus/kvroute-rules.yml")
+var update = flag.Bool("update", false, "rewrite the generated files: k8s/prometheusrule.yaml from prometheus/kvroute-rules.yml, and (without -short) testdata/golden/ from the live fleet and the built binary")
 
 const (
 	rulesFile          = "prometheus/kvroute-rules.yml"
@@ -169,7 +169,9 @@ func parseAlertTemplate(text string) error {
 	return err
 }
 
-func loadRules(t *testing.T) (*ruleFile, *promql) {
+// loadRules checks the rules file against cat and returns it with the checker, which knows
+// the recorded series (the dashboard may use them).
+func loadRules(t *testing.T, cat *catalog) (*ruleFile, *promql) {
 	t.Helper()
 	raw, err := os.ReadFile(rulesFile)
 	if err != nil {
@@ -179,7 +181,7 @@ func loadRules(t *testing.T) (*ruleFile, *promql) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newPromQL()
+	p := newPromQL(cat)
 	for _, err := range checkRules(rf, p) {
 		t.Error(err)
 	}
@@ -187,7 +189,7 @@ func loadRules(t *testing.T) (*ruleFile, *promql) {
 }
 
 func TestRulesFile(t *testing.T) {
-	rf, _ := loadRules(t)
+	rf, _ := loadRules(t, goldenCatalog(t))
 	var alerts []string
 	for _, g := range rf.Groups {
 		for _, r := range g.Rules {
@@ -208,7 +210,7 @@ func TestRulesCheckerCatches(t *testing.T) {
 	cases := []struct{ name, yaml, want string }{
 		{"unknown key", "groups:\n- name: g\n  rules:\n  - alert: KvrouteX\n    expr: vector(1)\n    fro: 5m\n", "field fro not found"},
 		{"bad duration", "groups:\n- name: g\n  rules:\n  - record: a:b:c\n    expr: vector(1)\n  - alert: KvrouteX\n    expr: a:b:c > 1\n    for: 5 minutes\n    labels: {severity: warning}\n    annotations: {summary: s, description: d}\n", `unknown unit " minutes"`},
-		{"unknown metric", "groups:\n- name: g\n  rules:\n  - record: a:b:c\n    expr: sum(rate(kvroute_router_requets_total[5m]))\n", `"kvroute_router_requets_total" is not in the metric contract`},
+		{"unknown metric", "groups:\n- name: g\n  rules:\n  - record: a:b:c\n    expr: sum(rate(kvroute_router_requets_total[5m]))\n", `"kvroute_router_requets_total" is exported by no kvroute component`},
 		{"bad template", "groups:\n- name: g\n  rules:\n  - alert: KvrouteX\n    expr: kvroute_index_keys > 1\n    labels: {severity: warning}\n    annotations: {summary: \"{{ $labels.pod \", description: d}\n", "annotation summary"},
 		{"label aggregated away", "groups:\n- name: g\n  rules:\n  - alert: KvrouteX\n    expr: sum(kvroute_index_keys) > 1\n    labels: {severity: warning}\n    annotations: {summary: \"{{ $labels.pod }}\", description: d}\n", `uses label "pod"`},
 		{"no severity", "groups:\n- name: g\n  rules:\n  - alert: KvrouteX\n    expr: kvroute_index_keys > 1\n    annotations: {summary: s, description: d}\n", "labels.severity"},
@@ -221,7 +223,7 @@ func TestRulesCheckerCatches(t *testing.T) {
 			if err != nil {
 				errs = []error{err}
 			} else {
-				errs = checkRules(rf, newPromQL())
+				errs = checkRules(rf, newPromQL(fixtureCatalog(t)))
 			}
 			if !containsErr(errs, c.want) {
 				t.Errorf("got %v, want an error containing %q", errs, c.want)
@@ -233,7 +235,7 @@ func TestRulesCheckerCatches(t *testing.T) {
 // TestPrometheusRuleMatchesRulesFile keeps the PrometheusRule object of the Kubernetes kit equal
 // to the plain rules file; `go test ./deploy -run PrometheusRule -update` regenerates it.
 func TestPrometheusRuleMatchesRulesFile(t *testing.T) {
-	rf, _ := loadRules(t)
+	rf, _ := loadRules(t, goldenCatalog(t))
 	if *update {
 		if err := os.WriteFile(prometheusRuleFile, renderPrometheusRule(t, rf), 0o644); err != nil {
 			t.Fatal(err)
