@@ -272,3 +272,50 @@ func goldenCatalog(t *testing.T) *catalog {
 	}
 	return c
 }
+
+// TestCatalogGolden: the golden format round-trips, and diff reports a missing family, a
+// changed type or label set, and a new family.
+func TestCatalogGolden(t *testing.T) {
+	c := fixtureCatalog(t)
+	back, err := readGolden("round trip", c.writeGolden())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := c.diff(back); len(d) > 0 {
+		t.Errorf("round trip differs: %v", d)
+	}
+	if got := sortedKeys(back.families["kvroute_router_requests_total"].values["decision"]); !slices.Equal(got, []string{"affinity", "cache_hit"}) {
+		t.Errorf("decision values after the round trip: %v", got)
+	}
+	if _, ok := back.families["kvroute_router_in_flight"].values["instance"]; ok {
+		t.Errorf("identity label instance has recorded values")
+	}
+	changed := newCatalog("the changed fleet")
+	err = changed.addExposition(strings.NewReader(strings.NewReplacer(
+		"# TYPE kvroute_index_keys gauge\nkvroute_index_keys 10\n", "",
+		"kvroute_router_in_flight gauge", "kvroute_router_in_flight counter",
+		`kvroute_router_instance_ejected{instance="engine-0"}`, `kvroute_router_instance_ejected{instance="engine-0",why="x"}`,
+	).Replace(checkerFixture)+"# TYPE kvroute_new_total counter\nkvroute_new_total{agent=\"engine-0\"} 1\n"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := strings.Join(c.diff(changed), "\n")
+	for _, want := range []string{
+		"kvroute_index_keys: in the fixture, not exported by the changed fleet",
+		"kvroute_router_in_flight: a gauge in the fixture, a counter in the changed fleet",
+		"kvroute_router_instance_ejected: labels [instance] in the fixture, [instance why] in the changed fleet",
+		"kvroute_new_total: exported by the changed fleet, not in the fixture",
+	} {
+		if !strings.Contains(d, want) {
+			t.Errorf("diff:\n%s\nwant a line %q", d, want)
+		}
+	}
+	if l := changed.families["kvroute_new_total"].labels; len(l) != 0 {
+		t.Errorf("the fleet-only agent label was kept: %v", l)
+	}
+	for _, bad := range []string{"x\n", "m gauge\n\tl: \"v\"\n", "\tl: \"v\"\n", "m gauge l\n\tl: v\n"} {
+		if _, err := readGolden("bad", []byte(bad)); err == nil {
+			t.Errorf("readGolden(%q): no error", bad)
+		}
+	}
+}
