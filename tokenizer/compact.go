@@ -35,6 +35,11 @@ func encodeCompact(tokenizerJSON []byte) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("tokenizer: compact form: the scanner does not take this tokenizer.json (encoding/json would)")
 	}
+	return encodeCompactParts(skeleton, body)
+}
+
+// encodeCompactParts writes the compact form of a scanned tokenizer.json.
+func encodeCompactParts(skeleton []byte, body *bpeBody) ([]byte, error) {
 	if body.err != nil {
 		return nil, fmt.Errorf("tokenizer: compact form: %w", body.err)
 	}

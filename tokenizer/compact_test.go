@@ -29,6 +29,34 @@ var qwen3JSON = sync.OnceValues(func() ([]byte, error) {
 	return gunzip(gz)
 })
 
+// qwen3Scanned is the committed tokenizer.json through the loader's fast scanner,
+// once: the compact-form tests share it (the scan costs seconds under -race).
+var qwen3Scanned = sync.OnceValues(func() (*scannedJSON, error) {
+	data, err := qwen3JSON()
+	if err != nil {
+		return nil, err
+	}
+	skeleton, body, ok := scanTokenizerJSON(data)
+	if !ok {
+		return nil, errors.New("the fast scanner must take Qwen3's tokenizer.json")
+	}
+	return &scannedJSON{skeleton: skeleton, body: body}, nil
+})
+
+type scannedJSON struct {
+	skeleton []byte
+	body     *bpeBody
+}
+
+func mustQwen3Scanned(t testing.TB) *scannedJSON {
+	t.Helper()
+	s, err := qwen3Scanned()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func mustQwen3JSON(t testing.TB) []byte {
 	t.Helper()
 	data, err := qwen3JSON()
@@ -42,7 +70,7 @@ func mustQwen3JSON(t testing.TB) []byte {
 // the generator writes from the committed tokenizer.json (like a proto check);
 // with -update-compact it rewrites it (go generate ./tokenizer).
 func TestCompactEmbeddedCurrent(t *testing.T) {
-	want, err := encodeCompact(mustQwen3JSON(t))
+	want, err := encodeCompactParts(mustQwen3Scanned(t).skeleton, mustQwen3Scanned(t).body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,13 +91,19 @@ func TestCompactEmbeddedCurrent(t *testing.T) {
 	}
 }
 
-// sameCore requires two parsed tokenizers to be equal in everything that decides
-// ids and text: the BPE model (vocabulary bytes, merge rules, merge table, byte
-// ids, options), the other pipeline components, added tokens and template.
-func sameCore(t *testing.T, what string, got, want *core) {
-	t.Helper()
+// coreDiff names what differs between two parsed tokenizers in everything that
+// decides ids and text: the BPE model (vocabulary bytes, merge rules, merge table,
+// byte ids, options), the other pipeline components, added tokens and template.
+func coreDiff(got, want *core) []string {
 	gb, wb := *got.bpe, *want.bpe
 	gv, wv := *gb.vocab, *wb.vocab
+	src := func(c *core) string {
+		if c.chat == nil {
+			return ""
+		}
+		return c.chat.source
+	}
+	var diffs []string
 	for _, c := range []struct {
 		name      string
 		got, want any
@@ -91,14 +125,21 @@ func sameCore(t *testing.T, what string, got, want *core) {
 		{"normalized matcher", got.normMatcher, want.normMatcher},
 		{"clean-up", got.cleanUp, want.cleanUp},
 		{"specials", got.specials, want.specials},
-		{"chat template", got.chat.source, want.chat.source},
-		{"native renderer", got.chat.native != nil, want.chat.native != nil},
+		{"chat template", src(got), src(want)},
 	} {
 		if !reflect.DeepEqual(c.got, c.want) {
-			t.Errorf("%s: %s differ", what, c.name)
+			diffs = append(diffs, c.name)
 		}
 	}
-	if len(gv.kind) == 0 || len(gb.merges) == 0 {
+	return diffs
+}
+
+func sameCore(t *testing.T, what string, got, want *core) {
+	t.Helper()
+	for _, d := range coreDiff(got, want) {
+		t.Errorf("%s: %s differ", what, d)
+	}
+	if len(got.bpe.vocab.kind) == 0 || len(got.bpe.merges) == 0 {
 		t.Fatalf("%s: empty model", what)
 	}
 }
@@ -116,12 +157,16 @@ func TestCompactMatchesJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromJSON, err := parseCore(data, tc)
-	if err != nil {
+	// parseCore without scanning again: the shared scan, then what parseCore
+	// does with it.
+	scanned := mustQwen3Scanned(t)
+	var f tokenizerFile
+	if err := json.Unmarshal(scanned.skeleton, &f); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, ok := scanTokenizerJSON(data); !ok {
-		t.Fatal("the fast scanner must take Qwen3's tokenizer.json")
+	fromJSON, err := buildCore(&f, scanned.body, tc)
+	if err != nil {
+		t.Fatal(err)
 	}
 	sameCore(t, "compact vs scanned JSON", fromCompact, fromJSON)
 	if testing.Short() {

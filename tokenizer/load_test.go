@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"testing"
 )
 
@@ -155,6 +156,9 @@ func BenchmarkGCWithTokenizer(b *testing.B) {
 		for b.Loop() {
 			runtime.GC()
 		}
+		scan := []metrics.Sample{{Name: "/gc/scan/heap:bytes"}}
+		metrics.Read(scan)
+		b.ReportMetric(float64(scan[0].Value.Uint64()), "scannable-heap-bytes")
 		runtime.KeepAlive(keep)
 	}
 	b.Run("flat", func(b *testing.B) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/bits"
+	"unsafe"
 )
 
 // Token kinds, one byte per id in vocabulary.kind.
@@ -67,38 +68,12 @@ func (v *vocabulary) check() error {
 
 // lookup returns the id of the byte-level token whose raw bytes are w.
 func (v *vocabulary) lookup(w []byte) (uint32, bool) {
-	x := v.index
-	h := maphash.Bytes(x.seed, w)
-	tag := h >> 32 << 32
-	for i := h & x.mask; ; i = (i + 1) & x.mask {
-		s := x.slots[i]
-		if s == 0 {
-			return 0, false
-		}
-		if s&^0xFFFFFFFF == tag {
-			if t, _ := v.token(uint32(s) - 1); bytes.Equal(t, w) {
-				return uint32(s) - 1, true
-			}
-		}
-	}
+	return v.index.find(v.arena, maphash.Bytes(v.index.seed, w), w)
 }
 
 // lookupString is lookup for a string (no copy).
 func (v *vocabulary) lookupString(w string) (uint32, bool) {
-	x := v.index
-	h := maphash.String(x.seed, w)
-	tag := h >> 32 << 32
-	for i := h & x.mask; ; i = (i + 1) & x.mask {
-		s := x.slots[i]
-		if s == 0 {
-			return 0, false
-		}
-		if s&^0xFFFFFFFF == tag {
-			if t, _ := v.token(uint32(s) - 1); string(t) == w {
-				return uint32(s) - 1, true
-			}
-		}
-	}
+	return v.index.find(v.arena, maphash.String(v.index.seed, w), unsafe.Slice(unsafe.StringData(w), len(w)))
 }
 
 // buildIndex indexes every tokBytes token by its raw bytes.
@@ -114,67 +89,88 @@ func (v *vocabulary) buildIndex() {
 		if k != tokBytes {
 			continue
 		}
-		t, _ := v.token(uint32(id))
-		x.place(maphash.Bytes(x.seed, t), uint32(id))
+		o := v.off[4*id:]
+		start, end := le32(o), le32(o[4:])
+		x.place(maphash.Bytes(x.seed, v.arena[start:end]), uint32(id), start, end)
 	}
 	v.index = x
 }
 
 // vocabIndex is an open-addressing hash table (linear probing, load ≤ ½) of ids
-// keyed by their tokens' bytes, which live in the vocabulary, not in the table.
-// A slot holds the key's hash's high 32 bits and id+1 (0: empty), so a probe
-// compares token bytes only when the hashes agree.
+// keyed by their tokens' bytes, which live in an arena, not in the table. A slot
+// holds the key's hash's high 32 bits with id+1 (0: empty) and the key's span in
+// the arena, so a probe touches the arena only when the hashes agree, and then
+// only there (not the vocabulary's kind and offset arrays).
 type vocabIndex struct {
 	seed  maphash.Seed
 	mask  uint64
-	slots []uint64
+	slots []indexSlot
 	used  int
+}
+
+type indexSlot struct {
+	key  uint64 // hash>>32<<32 | id+1
+	span uint64 // start<<32 | end in the arena
 }
 
 func newVocabIndex(n int) *vocabIndex {
 	size := 1 << bits.Len(uint(2*n))
-	return &vocabIndex{seed: maphash.MakeSeed(), mask: uint64(size - 1), slots: make([]uint64, size)}
+	return &vocabIndex{seed: maphash.MakeSeed(), mask: uint64(size - 1), slots: make([]indexSlot, size)}
+}
+
+func (x *vocabIndex) find(arena []byte, h uint64, w []byte) (uint32, bool) {
+	tag := h >> 32 << 32
+	for i := h & x.mask; ; i = (i + 1) & x.mask {
+		s := &x.slots[i]
+		if s.key == 0 {
+			return 0, false
+		}
+		if s.key&^0xFFFFFFFF == tag && bytes.Equal(arena[s.span>>32:uint32(s.span)], w) {
+			return uint32(s.key) - 1, true
+		}
+	}
 }
 
 // place stores id under hash h in the first free slot (the key is not present).
-func (x *vocabIndex) place(h uint64, id uint32) {
+func (x *vocabIndex) place(h uint64, id, start, end uint32) {
 	i := h & x.mask
-	for x.slots[i] != 0 {
+	for x.slots[i].key != 0 {
 		i = (i + 1) & x.mask
 	}
-	x.slots[i] = h>>32<<32 | uint64(id+1)
+	x.slots[i] = indexSlot{key: h>>32<<32 | uint64(id+1), span: uint64(start)<<32 | uint64(end)}
 	x.used++
 }
 
 // vocabBuilder assembles a vocabulary from (text, id) entries in document order,
 // with the semantics of decoding tokenizer.json's vocab object into a Go map: a
-// text given twice keeps its last id (the earlier id disappears).
+// text given twice keeps its last id (the earlier entry disappears).
 type vocabBuilder struct {
-	arena   []byte   // entries' bytes in arrival order
-	spans   []uint64 // per id: start<<32 | end in arena
-	kind    []byte
-	index   *vocabIndex
-	text    map[string]uint32 // tokText entries by text
-	inOrder bool              // ids arrived strictly increasing and nothing was dropped: arena is in id order
-	lastID  int64
-	err     error // first duplicate id (reported by parseBPE, where the old loader reported vocabulary problems)
+	arena   []byte // entries' bytes in arrival order
+	entries []vocabEntry
+	index   *vocabIndex    // tokBytes entries by raw bytes; while building, slots hold entry numbers
+	text    map[string]int // tokText entries by text → entry number
+	dropped int
+	err     error // a vocabulary problem, reported by parseBPE where the old loader reported them
 }
+
+type vocabEntry struct {
+	id         uint32
+	start, end uint32 // in the builder's arena
+	kind       byte
+	dropped    bool
+}
+
+// maxVocabGap bounds how far ids may run past the number of tokens: the layout
+// is indexed by id, so ids must be (nearly) dense, as every tokenizer.json has them.
+const maxVocabGap = 1 << 20
 
 // newVocabBuilder sizes the builder for about n entries of arenaBytes bytes.
 func newVocabBuilder(n, arenaBytes int) *vocabBuilder {
 	return &vocabBuilder{
 		arena:   make([]byte, 0, arenaBytes),
-		spans:   make([]uint64, 0, n),
-		kind:    make([]byte, 0, n),
+		entries: make([]vocabEntry, 0, n),
 		index:   newVocabIndex(n),
-		inOrder: true,
-		lastID:  -1,
 	}
-}
-
-func (b *vocabBuilder) key(id uint32) []byte {
-	s := b.spans[id]
-	return b.arena[s>>32 : uint32(s)]
 }
 
 func (b *vocabBuilder) add(text []byte, id uint32) {
@@ -185,109 +181,127 @@ func (b *vocabBuilder) add(text []byte, id uint32) {
 		b.arena = append(b.arena[:start], text...)
 		kind = tokText
 	}
-	end := len(b.arena)
-	if int64(id) <= b.lastID {
-		b.inOrder = false
-	}
-	b.lastID = max(b.lastID, int64(id))
-	if kind == tokBytes {
-		b.insert(b.arena[start:end], id, start, end)
-	} else {
+	e := len(b.entries)
+	b.entries = append(b.entries, vocabEntry{id: id, start: uint32(start), end: uint32(len(b.arena)), kind: kind})
+	if kind == tokText {
 		if b.text == nil {
-			b.text = make(map[string]uint32)
+			b.text = make(map[string]int)
 		}
 		if prev, dup := b.text[string(text)]; dup {
 			b.drop(prev)
 		}
-		b.text[string(text)] = id
-		b.set(id, kind, start, end)
+		b.text[string(text)] = e
+		return
 	}
-}
-
-// insert indexes a tokBytes entry, replacing an earlier entry with the same bytes.
-func (b *vocabBuilder) insert(k []byte, id uint32, start, end int) {
 	if 2*(b.index.used+1) > len(b.index.slots) {
 		b.grow()
 	}
 	x := b.index
+	k := b.arena[start:]
 	h := maphash.Bytes(x.seed, k)
-	tag := h >> 32 << 32
-	i := h & x.mask
-	for ; x.slots[i] != 0; i = (i + 1) & x.mask {
-		s := x.slots[i]
-		prev := uint32(s) - 1
-		if s&^0xFFFFFFFF == tag && b.kind[prev] == tokBytes && bytes.Equal(b.key(prev), k) {
-			b.drop(prev)
-			b.set(id, tokBytes, start, end)
-			x.slots[i] = tag | uint64(id+1)
-			return
+	slot := indexSlot{key: h>>32<<32 | uint64(e+1), span: uint64(start)<<32 | uint64(len(b.arena))}
+	if prev, dup := x.find(b.arena, h, k); dup {
+		b.drop(int(prev))
+		for i := h & x.mask; ; i = (i + 1) & x.mask {
+			if s := &x.slots[i]; uint32(s.key) == prev+1 {
+				*s = slot
+				return
+			}
 		}
 	}
-	b.set(id, tokBytes, start, end)
-	x.slots[i] = tag | uint64(id+1)
-	x.used++
+	x.place(h, uint32(e), uint32(start), uint32(len(b.arena)))
 }
 
 func (b *vocabBuilder) grow() {
 	old := b.index
 	x := newVocabIndex(len(old.slots))
 	for _, s := range old.slots {
-		if s != 0 {
-			id := uint32(s) - 1
-			x.place(maphash.Bytes(x.seed, b.key(id)), id)
+		if s.key != 0 {
+			k := b.arena[s.span>>32 : uint32(s.span)]
+			x.place(maphash.Bytes(x.seed, k), uint32(s.key)-1, uint32(s.span>>32), uint32(s.span))
 		}
 	}
 	b.index = x
 }
 
-// drop forgets an entry whose text came again with another id.
-func (b *vocabBuilder) drop(id uint32) {
-	b.kind[id] = tokAbsent
-	b.spans[id] = 0
-	b.inOrder = false
+// drop forgets an entry whose text came again.
+func (b *vocabBuilder) drop(e int) {
+	b.entries[e].dropped = true
+	b.dropped++
 }
 
-func (b *vocabBuilder) set(id uint32, kind byte, start, end int) {
-	for uint64(len(b.kind)) <= uint64(id) {
-		b.kind = append(b.kind, tokAbsent)
-		b.spans = append(b.spans, 0)
-	}
-	if b.kind[id] != tokAbsent && b.err == nil {
-		b.err = fmt.Errorf("model BPE vocab: id %d is given to both %q and %q", id, b.key(id), b.arena[start:end])
-	}
-	b.kind[id] = kind
-	b.spans[id] = uint64(start)<<32 | uint64(end)
-}
-
-// finish lays the vocabulary out in id order. The index stays valid: it holds ids.
+// finish lays the vocabulary out in id order and indexes it by id. A duplicated
+// id or ids far beyond the token count are b.err (the vocabulary is then empty).
 func (b *vocabBuilder) finish() *vocabulary {
-	n := len(b.kind)
-	v := &vocabulary{kind: b.kind, off: make([]byte, 4*(n+1)), arena: b.arena, index: b.index}
-	if !b.inOrder {
+	maxID, last := int64(-1), int64(-1)
+	inOrder := b.dropped == 0 // then the arena already is in id order
+	for _, e := range b.entries {
+		if e.dropped {
+			continue
+		}
+		if int64(e.id) <= last {
+			inOrder = false
+		}
+		last = int64(e.id)
+		maxID = max(maxID, int64(e.id))
+	}
+	live := len(b.entries) - b.dropped
+	empty := &vocabulary{off: make([]byte, 4)}
+	if maxID >= int64(live)+maxVocabGap {
+		b.err = fmt.Errorf("model BPE vocab: id %d with only %d tokens (ids this sparse are not supported)", maxID, live)
+		empty.buildIndex()
+		return empty
+	}
+	n := int(maxID + 1)
+	byID := make([]uint32, n) // entry number + 1
+	for i, e := range b.entries {
+		if e.dropped {
+			continue
+		}
+		if prev := byID[e.id]; prev != 0 {
+			p := b.entries[prev-1]
+			b.err = fmt.Errorf("model BPE vocab: id %d is given to both %q and %q", e.id, b.arena[p.start:p.end], b.arena[e.start:e.end])
+			empty.buildIndex()
+			return empty
+		}
+		byID[e.id] = uint32(i + 1)
+	}
+	v := &vocabulary{kind: make([]byte, n), off: make([]byte, 4*(n+1)), arena: b.arena}
+	if !inOrder {
 		v.arena = make([]byte, 0, len(b.arena))
 	}
 	pos := uint32(0)
-	for id := range n {
+	for id, en := range byID {
 		binary.LittleEndian.PutUint32(v.off[4*id:], pos)
-		if b.kind[id] == tokAbsent {
+		if en == 0 {
 			continue
 		}
-		s := b.spans[id]
-		if !b.inOrder {
-			v.arena = append(v.arena, b.arena[s>>32:uint32(s)]...)
+		e := b.entries[en-1]
+		v.kind[id] = e.kind
+		if !inOrder {
+			v.arena = append(v.arena, b.arena[e.start:e.end]...)
 		}
-		pos += uint32(s) - uint32(s>>32)
+		pos += e.end - e.start
 	}
 	binary.LittleEndian.PutUint32(v.off[4*n:], pos)
-	if b.inOrder {
-		v.arena = v.arena[:pos]
-	}
+	v.arena = v.arena[:pos:pos]
+	v.buildIndex()
 	return v
 }
 
 // resolver finishes the vocabulary and returns a resolver for merges over it.
 func (b *vocabBuilder) resolver() *mergeResolver {
-	return &mergeResolver{v: b.finish(), text: b.text, out: make([]byte, 0, 12*len(b.kind))}
+	v := b.finish()
+	r := &mergeResolver{v: v, out: make([]byte, 0, 12*len(v.kind))}
+	for t, e := range b.text {
+		if b.err == nil {
+			if r.text == nil {
+				r.text = make(map[string]uint32, len(b.text))
+			}
+			r.text[t] = b.entries[e].id
+		}
+	}
+	return r
 }
 
 // mergeResolver turns merge rules given as token texts into id triples
@@ -299,6 +313,7 @@ type mergeResolver struct {
 	out     []byte
 	err     error // first unresolvable rule
 	scratch []byte
+	next    uint32 // the id after the last merged token: trainers number merged tokens in rank order
 }
 
 func (r *mergeResolver) id(text []byte) (uint32, bool) {
@@ -324,7 +339,13 @@ func (r *mergeResolver) add(rank int, left, right []byte) {
 		r.scratch, ok1 = byteLevelDecodeBytes(r.scratch[:0], left)
 		r.scratch, ok2 = byteLevelDecodeBytes(r.scratch, right)
 		if ok1 && ok2 {
-			nid, nok = r.v.lookup(r.scratch)
+			// Try the id after the previous rule's token first: a hit is exact
+			// (byte-level tokens have distinct bytes) and skips a hash lookup.
+			if t, k := r.v.token(r.next); k == tokBytes && bytes.Equal(t, r.scratch) {
+				nid, nok = r.next, true
+			} else {
+				nid, nok = r.v.lookup(r.scratch)
+			}
 		} else {
 			nid, nok = r.text[string(left)+string(right)]
 		}
@@ -336,4 +357,5 @@ func (r *mergeResolver) add(rank int, left, right []byte) {
 	r.out = binary.LittleEndian.AppendUint32(r.out, lid)
 	r.out = binary.LittleEndian.AppendUint32(r.out, rid)
 	r.out = binary.LittleEndian.AppendUint32(r.out, nid)
+	r.next = nid + 1
 }
