@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"unsafe"
 
 	kvroutev1 "github.com/kvroute/kvroute/proto/kvroute/v1"
 )
@@ -65,7 +66,7 @@ type BlockIndex struct {
 	maxInst int
 	words   int // uint64 words per holder bitset
 
-	chunks [][]entry
+	chunks []*[chunkSize]entry
 	used   uint32 // arena high-water mark (index 0 is the LRU sentinel)
 	free   uint32 // free-list head, linked through entry.next
 
@@ -108,7 +109,7 @@ func NewBlockIndex(cfg BlockIndexConfig) (*BlockIndex, error) {
 		maxKeys: cfg.MaxKeys,
 		maxInst: cfg.MaxInstances,
 		words:   (cfg.MaxInstances + 63) / 64,
-		chunks:  [][]entry{make([]entry, chunkSize)},
+		chunks:  []*[chunkSize]entry{new([chunkSize]entry)},
 		used:    1,
 		slots:   make([]uint64, minSlots),
 		bits:    uint(bits.TrailingZeros(minSlots)),
@@ -133,7 +134,7 @@ func (x *BlockIndex) at(i uint32) *entry { return &x.chunks[i>>chunkBits][i&(chu
 // hash mixes a key with the index's seed. Its top bits are the slot's home and its top
 // 32 bits the slot's fingerprint, so probing, rehashing and backward-shift deletion never
 // read the arena except to confirm a fingerprint match.
-func (x *BlockIndex) hash(key uint64) uint64 { return (key ^ x.seed) * 0x9E3779B97F4A7C15 }
+func (x *BlockIndex) hash(key uint64) uint64 { return (key ^ x.seed) * hashMul }
 
 // slotHome returns the home position of an occupied slot from its fingerprint.
 func (x *BlockIndex) slotHome(s uint64) uint64 { return (s >> 32) >> (32 - x.bits) }
@@ -168,7 +169,7 @@ func placeSlot(slots []uint64, bits uint, h uint64, idx uint32) {
 func (x *BlockIndex) growSlots() {
 	old := x.slots
 	x.slots = make([]uint64, 2*len(old))
-	adviseHugePages(x.slots)
+	adviseHugePages(unsafe.Pointer(&x.slots[0]), len(x.slots)*8)
 	x.bits++
 	for _, s := range old {
 		if s != 0 {
@@ -238,6 +239,19 @@ func (x *BlockIndex) warm(keys []uint64) uint64 {
 	return sink
 }
 
+// growArena adds chunks to the arena in one allocation of a quarter of the chunks it has
+// (at least one): large arenas then come in runs that transparent huge pages can back
+// (each chunk alone is 2 MiB but not 2 MiB-aligned), while at most a fifth of the arena
+// is allocated ahead of use.
+func (x *BlockIndex) growArena() {
+	n := max(1, len(x.chunks)/4)
+	run := make([]entry, n*chunkSize)
+	adviseHugePages(unsafe.Pointer(&run[0]), len(run)*int(unsafe.Sizeof(entry{})))
+	for i := range n {
+		x.chunks = append(x.chunks, (*[chunkSize]entry)(run[i*chunkSize:]))
+	}
+}
+
 func (x *BlockIndex) unlink(i uint32) {
 	e := x.at(i)
 	x.at(e.prev).next = e.next
@@ -269,7 +283,7 @@ func (x *BlockIndex) newKey(key uint64, id uint16) uint32 {
 		x.free = x.at(i).next
 	} else {
 		if int(x.used) == len(x.chunks)*chunkSize {
-			x.chunks = append(x.chunks, make([]entry, chunkSize))
+			x.growArena()
 		}
 		i = x.used
 		x.used++
@@ -605,72 +619,167 @@ func (x *BlockIndex) Apply(b *kvroutev1.EventBatch) error {
 	return nil
 }
 
+// Lookup's walk is not a dependent chain in memory: every key of the chain is known up
+// front, so their probes are independent. Lookup resolves the chain in batches: a first
+// pass hashes each key of the batch and loads its home slot, a second loads the arena
+// entry each home slot points at, both straight-line independent loads whose cache and
+// TLB misses overlap (the out-of-order core keeps many in flight); the walk then consumes
+// the batch in order, from L1. Batches start at lookupBatchMin keys and double up to
+// lookupBatchMax, so a chain whose matched run ends early costs at most about twice its
+// matched depth in probes.
+const (
+	lookupBatchMin = 4
+	lookupBatchMax = 32
+	// lookupOwnHolders is the candidate list kept on Lookup's stack; a first key with
+	// more holders takes a list from the pool.
+	lookupOwnHolders = 32
+)
+
+// hashMul is hash's multiplier.
+const hashMul = 0x9E3779B97F4A7C15
+
+// probeFrom continues key's linear probe (hash h) at slot j; nil if key is absent.
+func (x *BlockIndex) probeFrom(key, h, j uint64) *entry {
+	fp, mask := h>>32, uint64(len(x.slots)-1)
+	for ; ; j = (j + 1) & mask {
+		s := x.slots[j]
+		if s == 0 {
+			return nil
+		}
+		if s>>32 == fp {
+			if e := x.at(uint32(s)); e.key == key {
+				return e
+			}
+
+		}
+	}
+}
+
+// findBatch sets out[i] to the entry of keys[i] (nil if absent) for the first
+// lookupBatchMax keys. Its passes keep the memory reads of different keys independent,
+// so that their cache and TLB misses overlap: (1) load every key's home slot; (2) load
+// the entry each home slot points at; (3) for the keys whose home slot holds another
+// fingerprint (about a quarter of them at the table's load), probe on to the slot whose
+// fingerprint matches and load that entry; (4) confirm each key against its entry,
+// probing from scratch only when that fails (the key is absent, or a fingerprint
+// collided). The first two passes are short straight-line loops, so the out-of-order
+// core has most of a batch's misses in flight at once.
+func (x *BlockIndex) findBatch(keys []uint64, out *[lookupBatchMax]*entry) {
+	const m = lookupBatchMax - 1
+	slots, chunks, seed := x.slots, x.chunks, x.seed
+	shift, mask := (64-x.bits)&63, uint64(len(slots)-1)
+	keys = keys[:min(len(keys), lookupBatchMax)]
+	var hs, sl, ek [lookupBatchMax]uint64
+	for i, k := range keys {
+		h := (k ^ seed) * hashMul
+		hs[i&m] = h
+		sl[i&m] = slots[h>>shift]
+	}
+	for i := range keys {
+		// An empty slot points at the sentinel entry 0: harmless.
+		c := uint32(sl[i&m])
+		ek[i&m] = chunks[c>>chunkBits][c&(chunkSize-1)].key
+	}
+	for i := range keys {
+		h, s := hs[i&m], sl[i&m]
+		if s>>32 == h>>32 || s == 0 {
+			continue
+		}
+		for j := (h>>shift + 1) & mask; ; j = (j + 1) & mask {
+			s = slots[j]
+			if s == 0 || s>>32 == h>>32 {
+				break
+			}
+		}
+		sl[i&m] = s
+		c := uint32(s)
+		ek[i&m] = chunks[c>>chunkBits][c&(chunkSize-1)].key
+	}
+	for i, k := range keys {
+		if s := sl[i&m]; s != 0 && ek[i&m] == k {
+			out[i&m] = &chunks[uint32(s)>>chunkBits][uint32(s)&(chunkSize-1)]
+			continue
+		}
+		h := hs[i&m]
+		out[i&m] = x.probeFrom(k, h, h>>shift)
+	}
+}
+
 // Lookup implements Index.
 func (x *BlockIndex) Lookup(keys []uint64, dst []Match) []Match {
 	if len(keys) == 0 {
 		return dst
 	}
+	var (
+		found      [lookupBatchMax]*entry
+		own        [lookupOwnHolders]uint16
+		bp         *[]uint16
+		act        []uint16 // candidates: live instances holding keys[:d]
+		prevIDs    [inlineHolders]uint16
+		prevInline bool
+	)
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	i := x.findIdx(keys[0])
-	if i == 0 {
-		return dst
-	}
-	bp := x.scratch.Get().(*[]uint16)
-	e := x.at(i)
-	act := x.appendLive((*bp)[:0], e)
-	// Consecutive blocks of a chain mostly have the same holders: when a key's inline
-	// holders equal the previous key's, nobody drops out and the per-holder checks are skipped.
-	prevIDs, prevInline := e.ids, e.ext == 0
-	slots, shift, mask := x.slots, 64-x.bits, uint64(len(x.slots)-1)
 	start := len(dst)
-	d := 1
-	chunks, seed := x.chunks, x.seed
-	for ; d < len(keys) && len(act) > 0; d++ {
-		key := keys[d]
-		h := (key ^ seed) * 0x9E3779B97F4A7C15
-		fp := h >> 32
-		i = 0
-		for j := h >> shift; ; j = (j + 1) & mask {
-			s := slots[j]
-			if s == 0 {
-				break
+	d := 0
+walk:
+	for n := lookupBatchMin; d < len(keys); n = min(2*n, lookupBatchMax) {
+		batch := keys[d:min(d+n, len(keys))]
+		x.findBatch(batch, &found)
+		for _, e := range found[:len(batch)] {
+			if e == nil {
+				break walk
 			}
-			if s>>32 == fp {
-				if c := &chunks[uint32(s)>>chunkBits][uint32(s)&(chunkSize-1)]; c.key == key {
-					e, i = c, uint32(s)
-					break
+			if d == 0 {
+				if int(e.n) <= len(own) {
+					act = x.appendLive(own[:0], e)
+				} else {
+					bp = x.scratch.Get().(*[]uint16)
+					act = x.appendLive((*bp)[:0], e)
 				}
-			}
-		}
-		if i == 0 {
-			break
-		}
-		if e.ext == 0 {
-			if prevInline && e.ids == prevIDs {
+				prevIDs, prevInline = e.ids, e.ext == 0
+				if len(act) == 0 {
+					break walk
+				}
+				d++
 				continue
 			}
-			prevIDs, prevInline = e.ids, true
-		} else {
-			prevInline = false
-		}
-		k := 0
-		for _, id := range act {
-			if x.has(e, id) {
-				act[k] = id
-				k++
+			// Consecutive blocks of a chain mostly have the same holders: when a key's
+			// inline holders equal the previous key's, nobody drops out and the
+			// per-holder checks are skipped.
+			if e.ext == 0 {
+				if prevInline && e.ids == prevIDs {
+					d++
+					continue
+				}
+				prevIDs, prevInline = e.ids, true
 			} else {
-				dst = append(dst, Match{Instance: x.names[id], Blocks: d})
+				prevInline = false
 			}
+			k := 0
+			for _, id := range act {
+				if x.has(e, id) {
+					act[k] = id
+					k++
+				} else {
+					dst = append(dst, Match{Instance: x.names[id], Blocks: d})
+				}
+			}
+			act = act[:k]
+			if k == 0 {
+				break walk
+			}
+			d++
 		}
-		act = act[:k]
 	}
 	for _, id := range act {
 		dst = append(dst, Match{Instance: x.names[id], Blocks: d})
 	}
 	slices.Reverse(dst[start:])
-	*bp = act[:0]
-	x.scratch.Put(bp)
+	if bp != nil {
+		// The pooled list has room for every instance, so act never outgrew it.
+		x.scratch.Put(bp)
+	}
 	return dst
 }
 

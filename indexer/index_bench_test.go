@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	kvroutev1 "github.com/kvroute/kvroute/proto/kvroute/v1"
 )
 
@@ -112,7 +114,13 @@ func BenchmarkApply(b *testing.B) {
 }
 
 // BenchmarkLookup512 looks up 512-block chains: "hot" repeats one chain (its entries stay
-// in CPU cache, as for a popular prefix), "cold" cycles through 1024 different chains.
+// in the core's L2 cache, as for a popular prefix; the branch predictor also learns the
+// chain's probe pattern), "warm16" cycles through 16 chains (≈ 1 MiB of slots and entries:
+// L3-resident, and no pattern to learn), "cold" through 1024 (DRAM and TLB misses).
+// Each case runs three implementations over the same index, one after the other: "new"
+// (BlockIndex.Lookup, the batched walk), "v0" (the walk before batching, kept in
+// lookup_v0_test.go) and "instrumented" (BlockIndex.Lookup through the metrics decorator,
+// as Service.Lookup runs it).
 func BenchmarkLookup512(b *testing.B) {
 	for _, keys := range benchSizes() {
 		for _, inst := range []int{8, 64, 256} {
@@ -136,26 +144,37 @@ func BenchmarkLookup512(b *testing.B) {
 				}
 				chains[c] = chain
 			}
-			for _, mode := range []string{"hot", "cold"} {
-				b.Run(fmt.Sprintf("inst=%d/keys=%s/%s", inst, human(keys), mode), func(b *testing.B) {
-					dst := make([]Match, 0, 64)
-					runtime.GC()
-					b.ReportAllocs()
-					b.ResetTimer()
-					cpu0 := cpuTime()
-					defer func() { b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op") }()
-					for i := range b.N {
-						c := 0
-						if mode == "cold" {
-							c = i % len(chains)
-						}
-						dst = x.Lookup(chains[c], dst[:0])
-						if len(dst) == 0 || dst[0].Blocks != 512 {
-							b.Fatalf("lookup = %v", dst)
-						}
-					}
-				})
+			m, err := NewInstrumented(x, prometheus.NewRegistry())
+			if err != nil {
+				b.Fatal(err)
 			}
+			impls := []struct {
+				name   string
+				lookup func([]uint64, []Match) []Match
+			}{{"new", x.Lookup}, {"v0", x.lookupV0}, {"instrumented", m.Lookup}}
+			for _, mode := range []string{"hot", "warm16", "cold"} {
+				for _, impl := range impls {
+					b.Run(fmt.Sprintf("inst=%d/keys=%s/%s/%s", inst, human(keys), mode, impl.name), func(b *testing.B) {
+						benchLookup(b, impl.lookup, chains, mode)
+					})
+				}
+			}
+		}
+	}
+}
+
+func benchLookup(b *testing.B, lookup func([]uint64, []Match) []Match, chains [][]uint64, mode string) {
+	cycle := map[string]int{"hot": 1, "warm16": 16, "cold": len(chains)}[mode]
+	dst := make([]Match, 0, 64)
+	runtime.GC()
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	defer func() { b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op") }()
+	for i := range b.N {
+		dst = lookup(chains[i%cycle], dst[:0])
+		if len(dst) == 0 || dst[0].Blocks != 512 {
+			b.Fatalf("lookup = %v", dst)
 		}
 	}
 }
