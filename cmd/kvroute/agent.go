@@ -1,15 +1,8 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"net"
-	"net/http"
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/kvroute/kvroute/agent"
@@ -40,12 +33,8 @@ Start vLLM with --kv-events-config '{"enable_kv_cache_events":true,"publisher":"
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
-			ctx, stop := signalContext()
+			ctx, stop := signalContext(cmd.Context())
 			defer stop()
-			// Also stop with the command's context (a caller running the command in-process).
-			ctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			defer context.AfterFunc(cmd.Context(), cancel)()
 			nc, closeNATS, err := sf.nats.connect("kvroute-agent", log)
 			if err != nil {
 				return err
@@ -62,25 +51,11 @@ Start vLLM with --kv-events-config '{"enable_kv_cache_events":true,"publisher":"
 				addr = sf.Listen
 			}
 			if addr != "" {
-				ln, err := net.Listen("tcp", addr)
+				stopHTTP, err := serveHTTP(addr, metricsHandler(reg), log, "agent metrics")
 				if err != nil {
 					return err
 				}
-				mux := http.NewServeMux()
-				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-				mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-				go func() {
-					if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-						log.Error("metrics server", "err", err)
-					}
-				}()
-				defer func() {
-					sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-					defer cancel()
-					_ = srv.Shutdown(sctx)
-				}()
-				log.Info("agent metrics", "addr", ln.Addr().String())
+				defer stopHTTP()
 			}
 			log.Info("agent starting", "instance", a.ID(), "engine", cfg.EngineURL, "zmq", cfg.ZMQEndpoint, "bind", cfg.ZMQBind)
 			return a.Run(ctx)

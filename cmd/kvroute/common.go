@@ -2,13 +2,19 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 
 	"github.com/kvroute/kvroute/internal/natsutil"
@@ -113,7 +119,37 @@ func newLogger(level, format string) (*slog.Logger, error) {
 	}
 }
 
-// signalContext is cancelled on SIGINT or SIGTERM.
-func signalContext() (context.Context, context.CancelFunc) {
-	return notifyContext()
+// signalContext is cancelled on SIGINT or SIGTERM, or when parent (the command's
+// context, so tests can stop a command) ends.
+func signalContext(parent context.Context) (context.Context, context.CancelFunc) {
+	return notifyContext(parent)
+}
+
+// serveHTTP serves h on addr in the background; the returned stop shuts it down
+// (2 s grace). what names the server in the logs.
+func serveHTTP(addr string, h http.Handler, log *slog.Logger, what string) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: listen %s: %w", what, addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(what+" server", "err", err)
+		}
+	}()
+	log.Info(what+" listening", "addr", ln.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}
+
+// metricsHandler serves the registry at /metrics and a liveness probe at /healthz.
+func metricsHandler(reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	return mux
 }

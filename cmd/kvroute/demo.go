@@ -79,7 +79,7 @@ line is printed every --summary-every. Ctrl-C stops everything.`,
 			if err := c.validate(); err != nil {
 				return usageError{err}
 			}
-			ctx, stop := signalContext()
+			ctx, stop := signalContext(cmd.Context())
 			defer stop()
 			if c.Duration > 0 {
 				var cancel context.CancelFunc

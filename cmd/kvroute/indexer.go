@@ -1,15 +1,10 @@
 package main
 
 import (
-	"context"
 	"errors"
-	"net"
-	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/kvroute/kvroute/indexer"
@@ -61,7 +56,7 @@ dashboards and routers that prefer a shared index. /metrics is served on --metri
 				}
 				tok = m
 			}
-			ctx, stop := signalContext()
+			ctx, stop := signalContext(cmd.Context())
 			defer stop()
 			nc, closeNATS, err := sf.nats.connect("kvroute-indexer", log)
 			if err != nil {
@@ -90,25 +85,11 @@ dashboards and routers that prefer a shared index. /metrics is served on --metri
 				addr = sf.Listen
 			}
 			if addr != "" {
-				ln, err := net.Listen("tcp", addr)
+				stopHTTP, err := serveHTTP(addr, metricsHandler(reg), log, "indexer metrics")
 				if err != nil {
 					return err
 				}
-				mux := http.NewServeMux()
-				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-				mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-				go func() {
-					if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-						log.Error("metrics server", "err", err)
-					}
-				}()
-				defer func() {
-					sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-					defer cancel()
-					_ = srv.Shutdown(sctx)
-				}()
-				log.Info("indexer metrics", "addr", ln.Addr().String())
+				defer stopHTTP()
 			}
 			<-ctx.Done()
 			log.Info("indexer stopping")

@@ -1,18 +1,12 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"net"
-	"net/http"
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/kvroute/kvroute/indexer"
+	"github.com/kvroute/kvroute/internal/dashboard"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/tokenizer"
 )
@@ -36,7 +30,8 @@ strategy alone for comparison (prefix-hash = SageMaker PREFIX_AWARE, least-reque
 			if err != nil {
 				return err
 			}
-			cfg.ListenAddr = sf.Listen
+			// The command serves the router's handler itself, with the dashboard beside it.
+			cfg.ListenAddr = ""
 			if sf.MetricsListen != "" {
 				cfg.MetricsPath = ""
 			}
@@ -57,7 +52,7 @@ strategy alone for comparison (prefix-hash = SageMaker PREFIX_AWARE, least-reque
 				}
 				tok = m
 			}
-			ctx, stop := signalContext()
+			ctx, stop := signalContext(cmd.Context())
 			defer stop()
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -77,6 +72,14 @@ strategy alone for comparison (prefix-hash = SageMaker PREFIX_AWARE, least-reque
 				}
 				defer svc.Close()
 				deps.NATS, deps.Index = nc, svc
+				if sf.GRPCListen != "" {
+					ep, err := indexer.NewGRPCServer(svc, tok, log).Serve(indexer.GRPCConfig{ListenAddr: sf.GRPCListen})
+					if err != nil {
+						return err
+					}
+					defer func() { _ = ep.Close() }()
+					log.Info("index API (gRPC)", "addr", ep.Addr())
+				}
 			}
 			r, err := router.New(cfg, deps)
 			if err != nil {
@@ -86,24 +89,22 @@ strategy alone for comparison (prefix-hash = SageMaker PREFIX_AWARE, least-reque
 				return err
 			}
 			defer r.Close()
+			dash, err := dashboard.New(dashboard.DefaultConfig(), dashboard.FromRouter(r))
+			if err != nil {
+				return err
+			}
+			go dash.Run(ctx)
+			stopHTTP, err := serveHTTP(sf.Listen, dashboard.RouterHandler(r, dash), log, "router")
+			if err != nil {
+				return err
+			}
+			defer stopHTTP()
 			if sf.MetricsListen != "" {
-				ln, err := net.Listen("tcp", sf.MetricsListen)
+				stopMetrics, err := serveHTTP(sf.MetricsListen, metricsHandler(reg), log, "router metrics")
 				if err != nil {
 					return err
 				}
-				mux := http.NewServeMux()
-				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-				go func() {
-					if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-						log.Error("metrics server", "err", err)
-					}
-				}()
-				defer func() {
-					sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-					defer cancel()
-					_ = srv.Shutdown(sctx)
-				}()
+				defer stopMetrics()
 			}
 			<-ctx.Done()
 			log.Info("router stopping")

@@ -130,7 +130,7 @@ func (f *simFlags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return fmt.Errorf("sim: tokenizer: %w", err)
 	}
-	ctx, stop := signalContext()
+	ctx, stop := signalContext(cmd.Context())
 	defer stop()
 	srv, err := sim.New(cfg, tok, prometheus.NewRegistry(), log)
 	if err != nil {

@@ -1,6 +1,26 @@
 package dashboard
 
-import "github.com/kvroute/kvroute/router"
+import (
+	"net/http"
+
+	"github.com/kvroute/kvroute/router"
+)
+
+// RouterHandler is the router's HTTP surface with the dashboard mounted beside it:
+// /dashboard/ and /api/history here, everything else (the OpenAI API, /api/stats,
+// /metrics, probes) the router's. A nil d serves the router alone.
+func RouterHandler(rt *router.Router, d *Dashboard) http.Handler {
+	if d == nil {
+		return rt.Handler()
+	}
+	mux := http.NewServeMux()
+	h := d.Handler()
+	mux.Handle("/dashboard/", h)
+	mux.Handle("/dashboard", h)
+	mux.Handle("/api/history", h)
+	mux.Handle("/", rt.Handler())
+	return mux
+}
 
 // FromRouter adapts the router's Stats snapshot (the document behind /api/stats) to a
 // Source. It copies figures; it computes none.
