@@ -29,6 +29,9 @@ type kvrouteContainer struct {
 	// documented holds flags named only in commented-out env-file lines.
 	flags      map[string]string
 	documented []string
+	// spaced holds the flags whose value was the next argument (--flag VALUE), which pflag
+	// does not do for a bool.
+	spaced map[string]bool
 }
 
 // flagOfEnv maps KVROUTE_FOO_BAR to foo-bar (cmd/kvroute/config.go's envName, reversed).
@@ -52,7 +55,7 @@ func (b *bundle) kvrouteContainers() ([]kvrouteContainer, []error) {
 			if !b.isKvroute(c) {
 				continue
 			}
-			kc := kvrouteContainer{where: name + " container " + c.Name, pod: p, c: c, flags: map[string]string{}}
+			kc := kvrouteContainer{where: name + " container " + c.Name, pod: p, c: c, flags: map[string]string{}, spaced: map[string]bool{}}
 			fail := func(format string, args ...any) {
 				errs = append(errs, fmt.Errorf("%s: %s", kc.where, fmt.Sprintf(format, args...)))
 			}
@@ -98,6 +101,7 @@ func (b *bundle) kvrouteContainers() ([]kvrouteContainer, []error) {
 					kc.flags[n] = v
 				} else if j+1 < len(args) && !strings.HasPrefix(args[j+1], "-") {
 					kc.flags[name] = args[j+1]
+					kc.spaced[name] = true
 					j++
 				} else {
 					kc.flags[name] = "true"
@@ -126,6 +130,10 @@ func checkKvrouteFlags(b *bundle, flagsOf func(sub string) (flagSet, bool)) []er
 			typ, ok := known[f]
 			if !ok {
 				fail("kvroute %s has no flag --%s (set as --%s or KVROUTE_%s)", kc.sub, f, f, strings.ToUpper(strings.ReplaceAll(f, "-", "_")))
+				continue
+			}
+			if typ == "bool" && kc.spaced[f] {
+				fail("kvroute %s --%s is a bool flag: write --%s=%s (pflag takes a separate %q as a positional argument)", kc.sub, f, f, kc.flags[f], kc.flags[f])
 				continue
 			}
 			if v, set := kc.flags[f]; set {
