@@ -648,6 +648,19 @@ func TestLookupZeroAllocs(t *testing.T) {
 	if len(dst) != 9 || dst[0] != (Match{"i7", 512}) {
 		t.Fatalf("Lookup = %v", dst)
 	}
+	// A first key with more holders than Lookup keeps on its stack takes a pooled list.
+	y, err := NewBlockIndex(BlockIndexConfig{})
+	must(t, err)
+	for i := range lookupOwnHolders + 8 {
+		must(t, y.Store(fmt.Sprintf("p%d", i), chain[:1+i]))
+	}
+	many := make([]Match, 0, 64)
+	if n := testing.AllocsPerRun(200, func() { many = y.Lookup(chain, many[:0]) }); n != 0 {
+		t.Fatalf("BlockIndex.Lookup, %d holders: %v allocs per run", lookupOwnHolders+8, n)
+	}
+	if len(many) != lookupOwnHolders+8 || many[0].Blocks != lookupOwnHolders+8 {
+		t.Fatalf("Lookup = %v", many)
+	}
 	url := startNATS(t)
 	e := startService(t, url, testConfig())
 	must(t, e.svc.Index().Store("a", chain))
