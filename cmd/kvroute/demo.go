@@ -40,6 +40,7 @@ type demoConfig struct {
 	QuestionTokens  int
 	MaxTokens       int
 	ZipfS           float64
+	DocChurn        time.Duration
 	Threshold       int
 	Prewarm         int
 	Seed            uint64
@@ -52,7 +53,7 @@ func defaultDemoConfig() demoConfig {
 		Engines: 4, ScaleOutAfter: 60 * time.Second, ScaleOutEngines: 2,
 		Listen: ":8080", GRPCListen: "127.0.0.1:9090", NATSPort: -1,
 		Profile: "llama-3.1-70b-h100-tp8", TimeScale: 1, QPS: 4,
-		Documents: 24, DocTokens: 2000, QuestionTokens: 60, MaxTokens: 24, ZipfS: 1.3,
+		Documents: 24, DocTokens: 2000, QuestionTokens: 60, MaxTokens: 24, ZipfS: 1.3, DocChurn: 10 * time.Second,
 		Threshold: 8, Seed: 1, SummaryEvery: 5 * time.Second,
 	}
 }
@@ -105,6 +106,7 @@ line is printed every --summary-every. Ctrl-C stops everything.`,
 	fs.IntVar(&c.QuestionTokens, "question-tokens", c.QuestionTokens, "workload: tokens per unique question")
 	fs.IntVar(&c.MaxTokens, "max-tokens", c.MaxTokens, "workload: output tokens per request")
 	fs.Float64Var(&c.ZipfS, "zipf", c.ZipfS, "workload: Zipf exponent of system-prompt popularity (> 1)")
+	fs.DurationVar(&c.DocChurn, "doc-churn", c.DocChurn, "workload: every this long a new system prompt becomes the most popular and the least popular retires (0 = a fixed set)")
 	fs.IntVar(&c.Threshold, "concurrency-threshold", c.Threshold, "router: in-flight requests per instance before overflow (1..1024)")
 	fs.IntVar(&c.Prewarm, "prewarm-prefixes", c.Prewarm, "router: replay this many hottest prefixes to each joining engine before it takes traffic (0 = off, to watch a cold warm-up)")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the workload and the engines")
@@ -127,6 +129,8 @@ func (c demoConfig) validate() error {
 		return fmt.Errorf("--documents, --doc-tokens, --question-tokens and --max-tokens must be ≥ 1")
 	case c.ZipfS <= 1:
 		return fmt.Errorf("--zipf %v: want > 1", c.ZipfS)
+	case c.DocChurn < 0:
+		return fmt.Errorf("--doc-churn %v: want ≥ 0", c.DocChurn)
 	case c.Threshold < 1 || c.Threshold > 1024:
 		return fmt.Errorf("--concurrency-threshold %d: want 1..1024", c.Threshold)
 	case c.SummaryEvery <= 0:
@@ -191,7 +195,11 @@ func runDemo(ctx context.Context, out io.Writer, c demoConfig, log *slog.Logger)
 	fmt.Fprintf(out, "Try:\n  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' \\\n    -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}],\"max_tokens\":16}'\n\n",
 		url, sim.DefaultModel)
 	if c.QPS > 0 {
-		fmt.Fprintf(out, "Workload: %.1f req/s of chats over %d shared system prompts of ~%d tokens (Zipf %.2f).\n", c.QPS, c.Documents, c.DocTokens, c.ZipfS)
+		fmt.Fprintf(out, "Workload: %.1f req/s of chats over %d shared system prompts of ~%d tokens (Zipf %.2f", c.QPS, c.Documents, c.DocTokens, c.ZipfS)
+		if c.DocChurn > 0 {
+			fmt.Fprintf(out, "; a new one every %v", c.DocChurn)
+		}
+		fmt.Fprintln(out, ").")
 	}
 	var scale <-chan time.Time
 	if c.ScaleOutAfter > 0 && c.ScaleOutEngines > 0 {
@@ -252,14 +260,20 @@ func fmtDur(s float64) string {
 }
 
 // demoLoad is the demo's background workload: Poisson arrivals of streaming chats, each a
-// shared system prompt (Zipf popularity) and a unique question.
+// shared system prompt (Zipf popularity) and a unique question. The prompts form a sliding
+// window: every DocChurn a new prompt becomes the most popular and the least popular
+// retires, as documents and conversations come and go in a real fleet, so instances that
+// join later still see prompts nobody has cached.
 type demoLoad struct {
 	c     demoConfig
 	url   string
 	model string
-	docs  []string
 	text  *bench.Text
 	hc    *http.Client
+	start time.Time
+
+	mu   sync.Mutex
+	docs map[int]string // by document number; only the live window is kept
 
 	sent, errors atomic.Int64
 }
@@ -272,22 +286,38 @@ func newDemoLoad(c demoConfig, tok *tokenizer.Model, url string) (*demoLoad, err
 	}); err != nil {
 		return nil, err
 	}
-	r := rand.New(rand.NewPCG(c.Seed, 0x64656d6f))
-	docs := make([]string, c.Documents)
-	for i := range docs {
-		docs[i] = fmt.Sprintf("You are assistant #%d. Answer using only this reference.\n\n%s", i, text.ForTokens(r, c.DocTokens))
-	}
-	return &demoLoad{c: c, url: url, model: tok.Name(), docs: docs, text: text,
+	return &demoLoad{c: c, url: url, model: tok.Name(), text: text, docs: map[int]string{},
 		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}, nil
+}
+
+// doc returns the system prompt of the document of popularity rank (0 = most popular) at
+// time now. Document n's text depends only on the seed and n.
+func (l *demoLoad) doc(rank int, now time.Time) string {
+	newest := l.c.Documents - 1
+	if l.c.DocChurn > 0 {
+		newest += int(now.Sub(l.start) / l.c.DocChurn)
+	}
+	n := newest - rank
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if d, ok := l.docs[n]; ok {
+		return d
+	}
+	r := rand.New(rand.NewPCG(l.c.Seed, uint64(n)))
+	d := fmt.Sprintf("You are assistant #%d. Answer using only this reference.\n\n%s", n, l.text.ForTokens(r, l.c.DocTokens))
+	l.docs[n] = d
+	delete(l.docs, newest-l.c.Documents-8) // retired long ago
+	return d
 }
 
 func (l *demoLoad) run(ctx context.Context) {
 	r := rand.New(rand.NewPCG(l.c.Seed, 0x6c6f6164))
-	zipf := rand.NewZipf(r, l.c.ZipfS, 1, uint64(len(l.docs)-1))
+	zipf := rand.NewZipf(r, l.c.ZipfS, 1, uint64(l.c.Documents-1))
 	sem := make(chan struct{}, 256)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	next := time.Now()
+	l.start = time.Now()
+	next := l.start
 	for {
 		next = next.Add(time.Duration(r.ExpFloat64() / l.c.QPS * float64(time.Second)))
 		select {
@@ -295,7 +325,7 @@ func (l *demoLoad) run(ctx context.Context) {
 			return
 		case <-time.After(time.Until(next)):
 		}
-		doc := l.docs[zipf.Uint64()]
+		doc := l.doc(int(zipf.Uint64()), next)
 		question := l.text.ForTokens(r, l.c.QuestionTokens)
 		body, _ := json.Marshal(map[string]any{
 			"model": l.model, "stream": true, "max_tokens": l.c.MaxTokens,

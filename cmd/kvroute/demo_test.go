@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/kvroute/kvroute/tokenizer"
 )
 
 var updateScreenshot = flag.Bool("update-screenshot", false, "write the dashboard screenshot to docs/img/dashboard.png")
@@ -160,4 +162,43 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s (%d rows, %d hit-rate points)", out, rows, hitPoints)
+}
+
+func TestDemoDocumentsChurn(t *testing.T) {
+	c := testDemoConfig()
+	c.Documents, c.DocTokens, c.DocChurn = 4, 20, 10*time.Second
+	tok, err := tokenizer.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := newDemoLoad(c, tok, "http://unused")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.start = time.Unix(1000, 0)
+	t0 := l.start
+	top := l.doc(0, t0)
+	if l.doc(0, t0) != top {
+		t.Fatal("the same rank at the same time must give the same prompt")
+	}
+	later := t0.Add(10 * time.Second)
+	if l.doc(0, later) == top {
+		t.Fatal("after one churn interval a new prompt must be the most popular")
+	}
+	if l.doc(1, later) != top {
+		t.Fatal("the previous favourite must move down one rank")
+	}
+	for rank := range 4 {
+		for _, other := range []int{rank + 1, rank + 2} {
+			if other < 4 && l.doc(rank, t0) == l.doc(other, t0) {
+				t.Fatalf("ranks %d and %d share a prompt", rank, other)
+			}
+		}
+	}
+	c.DocChurn = 0
+	fixed, _ := newDemoLoad(c, tok, "http://unused")
+	fixed.start = t0
+	if fixed.doc(0, t0.Add(time.Hour)) != fixed.doc(0, t0) {
+		t.Fatal("without churn the set is fixed")
+	}
 }
