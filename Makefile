@@ -6,7 +6,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.1
 TOOLS        := $(CURDIR)/.tools
 TEST_TIMEOUT ?= 14m
 
-.PHONY: all build test test-long demo screenshot bench proto proto-check lint testdata tools fuzz clean
+.PHONY: all build test test-long demo screenshot bench proto proto-check lint generate testdata tools fuzz clean
 
 all: build
 
@@ -66,6 +66,10 @@ proto-check: tools
 	diff -r $$tmp/kvroute/v1 proto/kvroute/v1 -x '*.proto' -x '*.go' -q >/dev/null; \
 	for f in $$tmp/kvroute/v1/*.go; do cmp -s $$f proto/kvroute/v1/$$(basename $$f) || { echo "stale: proto/kvroute/v1/$$(basename $$f) (run make proto)"; exit 1; }; done; \
 	echo "proto: generated code is current"
+
+## generate: regenerate committed generated files other than proto (the tokenizer's compact model).
+generate:
+	$(GO) generate ./tokenizer
 
 ## testdata: regenerate the tokenizer golden vectors (needs node and npm).
 testdata:
