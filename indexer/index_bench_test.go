@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -113,49 +114,65 @@ func BenchmarkApply(b *testing.B) {
 	}
 }
 
+// lookupImpl is one implementation compared by the lookup benchmarks.
+type lookupImpl struct {
+	name   string
+	lookup func([]uint64, []Match) []Match
+}
+
+// lookupModes are the benchmarks' access patterns and how many chains each cycles through.
+var lookupModes = []struct {
+	name  string
+	cycle int
+}{{"hot", 1}, {"warm16", 16}, {"cold", 1024}}
+
+// lookupBenchIndex fills an index with the fleet workload plus 1024 chains of 512 keys,
+// each held by four instances at depths 512, 400, 128 and 16, and returns the chains and
+// the implementations to compare over it: "new" (BlockIndex.Lookup, the batched walk),
+// "v0" (the walk before batching, kept in lookup_v0_test.go) and "instrumented"
+// (BlockIndex.Lookup through the metrics decorator, as Service.Lookup runs it).
+func lookupBenchIndex(b *testing.B, inst, keys int) ([][]uint64, []lookupImpl) {
+	x, err := NewBlockIndex(BlockIndexConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	fleetWorkload(b, x, inst, keys, 1)
+	rng := rand.New(rand.NewPCG(4, 5))
+	chains := make([][]uint64, 1024)
+	for c := range chains {
+		chain := make([]uint64, 512)
+		for i := range chain {
+			chain[i] = rng.Uint64()
+		}
+		// Four holders at different depths, one with the whole chain.
+		for h, d := range []int{512, 400, 128, 16} {
+			if err := x.Store(fmt.Sprintf("engine-%03d", (c+h*7)%inst), chain[:d]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		chains[c] = chain
+	}
+	m, err := NewInstrumented(x, prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return chains, []lookupImpl{{"new", x.Lookup}, {"v0", x.lookupV0}, {"instrumented", m.Lookup}}
+}
+
 // BenchmarkLookup512 looks up 512-block chains: "hot" repeats one chain (its entries stay
 // in the core's L2 cache, as for a popular prefix; the branch predictor also learns the
 // chain's probe pattern), "warm16" cycles through 16 chains (≈ 1 MiB of slots and entries:
-// L3-resident, and no pattern to learn), "cold" through 1024 (DRAM and TLB misses).
-// Each case runs three implementations over the same index, one after the other: "new"
-// (BlockIndex.Lookup, the batched walk), "v0" (the walk before batching, kept in
-// lookup_v0_test.go) and "instrumented" (BlockIndex.Lookup through the metrics decorator,
-// as Service.Lookup runs it).
+// L3-resident, and no pattern to learn), "cold" through 1024 (DRAM and TLB misses). Each
+// case runs every implementation of lookupBenchIndex over the same index, one after the
+// other.
 func BenchmarkLookup512(b *testing.B) {
 	for _, keys := range benchSizes() {
 		for _, inst := range []int{8, 64, 256} {
-			x, err := NewBlockIndex(BlockIndexConfig{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			fleetWorkload(b, x, inst, keys, 1)
-			rng := rand.New(rand.NewPCG(4, 5))
-			chains := make([][]uint64, 1024)
-			for c := range chains {
-				chain := make([]uint64, 512)
-				for i := range chain {
-					chain[i] = rng.Uint64()
-				}
-				// Four holders at different depths, one with the whole chain.
-				for h, d := range []int{512, 400, 128, 16} {
-					if err := x.Store(fmt.Sprintf("engine-%03d", (c+h*7)%inst), chain[:d]); err != nil {
-						b.Fatal(err)
-					}
-				}
-				chains[c] = chain
-			}
-			m, err := NewInstrumented(x, prometheus.NewRegistry())
-			if err != nil {
-				b.Fatal(err)
-			}
-			impls := []struct {
-				name   string
-				lookup func([]uint64, []Match) []Match
-			}{{"new", x.Lookup}, {"v0", x.lookupV0}, {"instrumented", m.Lookup}}
-			for _, mode := range []string{"hot", "warm16", "cold"} {
+			chains, impls := lookupBenchIndex(b, inst, keys)
+			for _, mode := range lookupModes {
 				for _, impl := range impls {
-					b.Run(fmt.Sprintf("inst=%d/keys=%s/%s/%s", inst, human(keys), mode, impl.name), func(b *testing.B) {
-						benchLookup(b, impl.lookup, chains, mode)
+					b.Run(fmt.Sprintf("inst=%d/keys=%s/%s/%s", inst, human(keys), mode.name, impl.name), func(b *testing.B) {
+						benchLookup(b, impl.lookup, chains, mode.cycle)
 					})
 				}
 			}
@@ -163,8 +180,50 @@ func BenchmarkLookup512(b *testing.B) {
 	}
 }
 
-func benchLookup(b *testing.B, lookup func([]uint64, []Match) []Match, chains [][]uint64, mode string) {
-	cycle := map[string]int{"hot": 1, "warm16": 16, "cold": len(chains)}[mode]
+// BenchmarkLookup512Interleaved runs the implementations of BenchmarkLookup512 in
+// alternation: each iteration is one round of 64 lookups with each (in a rotating order),
+// and the benchmark reports each implementation's median and fastest round (ns per
+// lookup). On a shared, noisy machine the neighbours then slow every implementation
+// alike, and the medians compare what the means of separate runs cannot. Run it with a
+// fixed count of rounds, e.g. -benchtime=400x.
+func BenchmarkLookup512Interleaved(b *testing.B) {
+	for _, keys := range benchSizes() {
+		for _, inst := range []int{8, 64, 256} {
+			chains, impls := lookupBenchIndex(b, inst, keys)
+			for _, mode := range lookupModes {
+				b.Run(fmt.Sprintf("inst=%d/keys=%s/%s", inst, human(keys), mode.name), func(b *testing.B) {
+					const per = 64
+					rounds := make([][]float64, len(impls))
+					dst := make([]Match, 0, 64)
+					next := 0
+					runtime.GC()
+					b.ResetTimer()
+					for r := range b.N {
+						for o := range impls {
+							j := (r + o) % len(impls)
+							start := time.Now()
+							for range per {
+								dst = impls[j].lookup(chains[next%mode.cycle], dst[:0])
+								next++
+							}
+							rounds[j] = append(rounds[j], float64(time.Since(start).Nanoseconds())/per)
+							if len(dst) == 0 || dst[0].Blocks != 512 {
+								b.Fatalf("%s: lookup = %v", impls[j].name, dst)
+							}
+						}
+					}
+					for j, impl := range impls {
+						slices.Sort(rounds[j])
+						b.ReportMetric(rounds[j][len(rounds[j])/2], impl.name+"-median-ns")
+						b.ReportMetric(rounds[j][0], impl.name+"-min-ns")
+					}
+				})
+			}
+		}
+	}
+}
+
+func benchLookup(b *testing.B, lookup func([]uint64, []Match) []Match, chains [][]uint64, cycle int) {
 	dst := make([]Match, 0, 64)
 	runtime.GC()
 	b.ReportAllocs()

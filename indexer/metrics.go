@@ -13,14 +13,24 @@ import (
 // Instrumented is an Index decorator that exports the index's metrics on a registry:
 // kvroute_index_keys, kvroute_index_entries and kvroute_index_evictions_total (read from
 // Stats at scrape time), kvroute_index_events_applied_total (keys stored or removed
-// through Store, Remove and Apply) and kvroute_index_lookup_duration_seconds.
+// through Store, Remove and Apply), kvroute_index_lookups_total and
+// kvroute_index_lookup_duration_seconds (one lookup in LookupSampleEvery is timed).
 type Instrumented struct {
 	Index
 	applied prometheus.Counter
 	lookup  prometheus.Histogram
 	lookups atomic.Uint64
 	events  atomic.Uint64
+	// base is the origin of the lookup timings: time.Since(base) reads only the
+	// monotonic clock, where time.Now also reads the wall clock.
+	base time.Time
 }
+
+// LookupSampleEvery is how many lookups Instrumented counts per lookup it times. A clock
+// read costs about 35 ns on the virtual machines measured (two per timed lookup, plus
+// ~15 ns for the histogram), i.e. 2–3% of a 512-block lookup if every lookup were timed;
+// a systematic 1-in-16 sample keeps the latency distribution at a sixteenth of that.
+const LookupSampleEvery = 16
 
 var _ Index = (*Instrumented)(nil)
 
@@ -28,13 +38,14 @@ var _ Index = (*Instrumented)(nil)
 func NewInstrumented(idx Index, reg prometheus.Registerer) (*Instrumented, error) {
 	m := &Instrumented{
 		Index: idx,
+		base:  time.Now(),
 		applied: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvroute_index_events_applied_total",
 			Help: "Block events (keys stored or removed) applied to the index.",
 		}),
 		lookup: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "kvroute_index_lookup_duration_seconds",
-			Help:    "Time of one index lookup of a request's key chain.",
+			Help:    "Time of one index lookup of a request's key chain (a sample: one lookup in 16 is timed).",
 			Buckets: []float64{250e-9, 500e-9, 1e-6, 2e-6, 5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 1e-3},
 		}),
 	}
@@ -48,6 +59,10 @@ func NewInstrumented(idx Index, reg prometheus.Registerer) (*Instrumented, error
 			Name: "kvroute_index_entries",
 			Help: "(key, instance) pairs in the index.",
 		}, func() float64 { return float64(idx.Stats().Entries) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "kvroute_index_lookups_total",
+			Help: "Index lookups (every one; the duration histogram times a sample).",
+		}, func() float64 { return float64(m.lookups.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "kvroute_index_evictions_total",
 			Help: "Keys evicted (least recently touched first) to stay within --max-keys.",
@@ -94,12 +109,14 @@ func (m *Instrumented) count(n int) {
 	m.applied.Add(float64(n))
 }
 
-// Lookup implements Index, timing each call.
+// Lookup implements Index, counting each call and timing one in LookupSampleEvery.
 func (m *Instrumented) Lookup(keys []uint64, dst []Match) []Match {
-	start := time.Now()
+	if m.lookups.Add(1)%LookupSampleEvery != 0 {
+		return m.Index.Lookup(keys, dst)
+	}
+	start := time.Since(m.base)
 	dst = m.Index.Lookup(keys, dst)
-	m.lookup.Observe(time.Since(start).Seconds())
-	m.lookups.Add(1)
+	m.lookup.Observe((time.Since(m.base) - start).Seconds())
 	return dst
 }
 
