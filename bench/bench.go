@@ -52,6 +52,10 @@ type Config struct {
 	// ConcurrencyThreshold is the router's in-flight threshold for prefix-hash and kv-aware
 	// (0 = the router's default).
 	ConcurrencyThreshold int
+	// PrewarmPrefixes sets the router's PrewarmPrefixes under every policy (0 = off): a
+	// joining engine is sent the hottest prefixes before it takes traffic. The router
+	// tracks prefixes only where it has the prompts' token ids, i.e. under kv-aware.
+	PrewarmPrefixes int
 	// RequestTimeout bounds one request (wall time).
 	RequestTimeout time.Duration
 	// Repeat runs each policy this many times (interleaved) and reports the median of
@@ -140,6 +144,8 @@ func (c *Config) Validate() error {
 		return bad("repeat %d: want 0..100", c.Repeat)
 	case c.Requests < 0 || c.Engines < 0 || c.Documents < 0 || c.DocTokens < 0 || c.QuestionTokens < 0 || c.NumGPUBlocks < 0:
 		return bad("counts must be ≥ 0")
+	case c.PrewarmPrefixes < 0 || c.PrewarmPrefixes > 4096:
+		return bad("prewarm prefixes %d: want 0 (off) .. 4096", c.PrewarmPrefixes)
 	case c.ConcurrencyThreshold < 0 || c.ConcurrencyThreshold > 1024:
 		return bad("concurrency threshold %d: want 0 (router default) or 1..1024", c.ConcurrencyThreshold)
 	case c.Profile == "":
@@ -252,7 +258,7 @@ func (b *Bench) Trace(name string) (*Trace, error) {
 func (b *Bench) Run(ctx context.Context) (*Report, error) {
 	rep := &Report{
 		Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Machine: machine(), Command: b.cfg.Command,
-		TimeScale: b.cfg.TimeScale, Profile: b.cfg.Profile, Seed: b.cfg.Seed,
+		TimeScale: b.cfg.TimeScale, Profile: b.cfg.Profile, Seed: b.cfg.Seed, PrewarmPrefixes: b.cfg.PrewarmPrefixes,
 	}
 	for _, name := range b.cfg.Workloads {
 		wr, err := b.runWorkload(ctx, name)
@@ -361,9 +367,9 @@ func (b *Bench) runPolicy(ctx context.Context, tr *Trace, policy string, oracle 
 		return nil, err
 	}
 	res := analyze(runData{Policy: policy, Samples: samples, Wall: rr.Wall, LoadEnd: rr.LoadEnd, TimeScale: b.cfg.TimeScale,
-		Engines: counters, Router: rm, Joined: st.joined(), JoinAt: joinAt}, oracle)
+		Engines: counters, Router: rm, Joined: st.joinOffsets(), JoinAt: joinAt}, oracle)
 	for i := range res.Instances {
-		for _, in := range st.rt.Stats().Instances {
+		for _, in := range st.fleet.Router().Stats().Instances {
 			if in.ID == res.Instances[i].Instance && in.Warm {
 				res.Instances[i].IndexWarmupS = Float(in.WarmupSeconds / b.cfg.TimeScale)
 			}

@@ -24,6 +24,7 @@ func TestConfigValidate(t *testing.T) {
 		"no load":        func(c *Config) { c.Concurrency, c.QPS = 0, 0 },
 		"threshold":      func(c *Config) { c.ConcurrencyThreshold = 2000 },
 		"negative count": func(c *Config) { c.Requests = -1 },
+		"prewarm":        func(c *Config) { c.PrewarmPrefixes = 5000 },
 	} {
 		c := DefaultConfig()
 		mut(&c)
@@ -86,10 +87,65 @@ func TestStackSmoke(t *testing.T) {
 	}
 }
 
-// TestQuick is `kvroute bench --quick`: the shared-prefix ordering on the default profile.
-func TestQuick(t *testing.T) {
+// TestScaleOutPrewarm runs a small scale-out under kv-aware with router pre-warming: the
+// engine that joins mid-run gets the hottest prefixes replayed before it takes traffic,
+// and the run reports its join offset, its warm-up and the replays.
+func TestScaleOutPrewarm(t *testing.T) {
 	if testing.Short() {
-		t.Skip("the quick benchmark takes up to 2 minutes; run without -short (make test-long)")
+		t.Skip("starts the whole stack and grows it mid-run; run without -short")
+	}
+	cfg := DefaultConfig()
+	cfg.Workloads, cfg.Policies = []string{WorkloadScaleOut}, []string{PolicyKVAware}
+	cfg.Requests, cfg.Engines, cfg.Documents, cfg.DocTokens, cfg.Concurrency = 60, 2, 4, 400, 4
+	cfg.Profile, cfg.NumGPUBlocks, cfg.TimeScale, cfg.PrewarmPrefixes = "tiny", 0, 1, 4
+	b, err := New(cfg, prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := b.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.PrewarmPrefixes != 4 {
+		t.Fatalf("report prewarm_prefixes %d", rep.PrewarmPrefixes)
+	}
+	w := rep.Workloads[0]
+	if len(w.Joins) != 1 {
+		t.Fatalf("joins %+v", w.Joins)
+	}
+	p := w.Policies[0]
+	if p.Errors != 0 || p.Completed != 60 {
+		t.Fatalf("%d errors, %d completed: %v", p.Errors, p.Completed, p.FirstErrors)
+	}
+	if p.PrewarmRequests["ok"] < 1 || !p.PrewarmS.Valid() || p.PrewarmS <= 0 {
+		t.Fatalf("no pre-warming measured: replays %v, %v s", p.PrewarmRequests, p.PrewarmS)
+	}
+	wantJoined := 2 + w.Joins[0].Engines
+	if len(p.Instances) != wantJoined {
+		t.Fatalf("%d instances, want %d", len(p.Instances), wantJoined)
+	}
+	late := 0
+	for _, in := range p.Instances {
+		if in.JoinedS > 0 {
+			late++
+		}
+	}
+	if late != w.Joins[0].Engines {
+		t.Fatalf("%d instances joined mid-run, want %d: %+v", late, w.Joins[0].Engines, p.Instances)
+	}
+	if !p.HitRate.Valid() || p.HitRate > w.OracleHitRate+1e-9 {
+		t.Fatalf("hit rate %v, oracle %v", p.HitRate, w.OracleHitRate)
+	}
+}
+
+// TestQuick is `kvroute bench --quick` as a test: the shared-prefix ordering on the default
+// profile. `make test-long` already runs the CLI's --quick, so this runs only when
+// KVROUTE_BENCH_QUICK=1 (to debug the quick run under go test).
+func TestQuick(t *testing.T) {
+	if testing.Short() || os.Getenv("KVROUTE_BENCH_QUICK") != "1" {
+		t.Skip("set KVROUTE_BENCH_QUICK=1 (without -short) to run; make test-long runs `kvroute bench --quick` instead")
 	}
 	cfg := QuickConfig()
 	if testing.Verbose() {

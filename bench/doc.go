@@ -1,7 +1,8 @@
 // Package bench is kvroute's benchmark: it runs the real stack — an embedded NATS server,
 // N simulated vLLM engines (package sim) with their agents (package agent), the prefix-block
 // index (package indexer) and the router (package router) over real HTTP — once per routing
-// policy on the same seeded trace, with fresh caches each time, and reports TTFT, the
+// policy on the same seeded trace (the stack is internal/fleet's composition, the one
+// `kvroute demo` runs), with fresh caches each time, and reports TTFT, the
 // engines' own prefix-cache hit rate against the oracle bound, throughput, overflow ratio,
 // routing overhead and warm-up time as a markdown table, JSON and one self-contained HTML
 // file of charts.

@@ -133,8 +133,12 @@ func fmtRatio(a, b Float) string {
 func (r *Report) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# kvroute bench — %s\n\n", r.Date)
-	fmt.Fprintf(&b, "Machine: %s. Profile %s, time scale %g (TTFT, throughput and warm-up in simulated time; routing overhead in real time). Seed %d.\n\n",
+	fmt.Fprintf(&b, "Machine: %s. Profile %s, time scale %g (TTFT, throughput and warm-up in simulated time; routing overhead in real time). Seed %d.",
 		r.Machine, r.Profile, r.TimeScale, r.Seed)
+	if r.PrewarmPrefixes > 0 {
+		fmt.Fprintf(&b, " Router pre-warming: %d prefixes (effective where the router tracks token ids: kv-aware).", r.PrewarmPrefixes)
+	}
+	b.WriteString("\n\n")
 	if r.Command != "" {
 		fmt.Fprintf(&b, "Command: `%s`\n\n", r.Command)
 	}

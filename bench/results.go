@@ -105,7 +105,13 @@ type PolicyResult struct {
 	HitRateDip Float          `json:"hit_rate_dip"`
 	Decisions  map[string]int `json:"decisions"`
 	// RoutingSamples is the number of routing decisions behind the overhead percentiles.
-	RoutingSamples  uint64           `json:"routing_samples"`
+	RoutingSamples uint64 `json:"routing_samples"`
+	// PrewarmRequests counts the router's pre-warming replays to joining engines by
+	// result (ok, error, timeout, canceled); empty when none were sent.
+	PrewarmRequests map[string]int `json:"prewarm_requests,omitempty"`
+	// PrewarmS is the mean time a pre-warmed newcomer spent pre-warming (appearance →
+	// taking traffic), simulated seconds; null when none was pre-warmed.
+	PrewarmS        Float            `json:"prewarm_s"`
 	Instances       []InstanceWarmup `json:"instances"`
 	TTFTCDF         []CDFPoint       `json:"ttft_cdf"`
 	HitRateOverTime []Point          `json:"hit_rate_over_time"`
@@ -126,13 +132,15 @@ type WorkloadResult struct {
 
 // Report is a whole benchmark run.
 type Report struct {
-	Date      string           `json:"date"`
-	Machine   string           `json:"machine"`
-	Command   string           `json:"command"`
-	TimeScale float64          `json:"time_scale"`
-	Profile   string           `json:"profile"`
-	Seed      uint64           `json:"seed"`
-	Workloads []WorkloadResult `json:"workloads"`
+	Date      string  `json:"date"`
+	Machine   string  `json:"machine"`
+	Command   string  `json:"command"`
+	TimeScale float64 `json:"time_scale"`
+	Profile   string  `json:"profile"`
+	Seed      uint64  `json:"seed"`
+	// PrewarmPrefixes is the routers' PrewarmPrefixes (0 = pre-warming off).
+	PrewarmPrefixes int              `json:"prewarm_prefixes"`
+	Workloads       []WorkloadResult `json:"workloads"`
 }
 
 // Policy returns the named policy's result, or nil.
@@ -171,6 +179,16 @@ func analyze(d runData, oracle float64) PolicyResult {
 		RoutingOverheadP50S: Float(d.Router.RoutingP50), RoutingOverheadP99S: Float(d.Router.RoutingP99),
 		RoutingSamples: d.Router.RoutingCount,
 		WallS:          Float(d.Wall.Seconds()), DurationS: Float(d.Wall.Seconds() / scale),
+	}
+	res.PrewarmS = nan
+	if d.Router.PrewarmCount > 0 {
+		res.PrewarmS = Float(d.Router.PrewarmSeconds / float64(d.Router.PrewarmCount) / scale)
+	}
+	for k, v := range d.Router.Prewarm {
+		if res.PrewarmRequests == nil {
+			res.PrewarmRequests = map[string]int{}
+		}
+		res.PrewarmRequests[k] = int(v)
 	}
 	var ttft []float64
 	var cached, prompt int64

@@ -20,6 +20,8 @@ const (
 	metricPrefixHits    = "vllm:prefix_cache_hits"
 	metricRoutingDur    = "kvroute_router_routing_duration_seconds"
 	metricRouterReqs    = "kvroute_router_requests_total"
+	metricPrewarmReqs   = "kvroute_router_prewarm_requests_total"
+	metricPrewarmDur    = "kvroute_router_prewarm_duration_seconds"
 )
 
 // ErrScrape is returned when an engine's /metrics cannot be read or lacks a counter.
@@ -112,6 +114,13 @@ type RouterMetrics struct {
 	RoutingCount uint64
 	// Decisions counts kvroute_router_requests_total by decision label.
 	Decisions map[string]float64
+	// Prewarm counts kvroute_router_prewarm_requests_total by result (ok, error, timeout,
+	// canceled): the router's pre-warming replays to joining engines.
+	Prewarm map[string]float64
+	// PrewarmCount newcomers were pre-warmed, for PrewarmSeconds in total (real time, from
+	// kvroute_router_prewarm_duration_seconds: appearance → joining the candidate set).
+	PrewarmCount   uint64
+	PrewarmSeconds float64
 }
 
 // ReadRouterMetrics gathers the router's metrics from its registry.
@@ -120,7 +129,7 @@ func ReadRouterMetrics(g prometheus.Gatherer) (RouterMetrics, error) {
 	if err != nil {
 		return RouterMetrics{}, fmt.Errorf("%w: router registry: %w", ErrScrape, err)
 	}
-	rm := RouterMetrics{RoutingP50: math.NaN(), RoutingP99: math.NaN(), Decisions: map[string]float64{}}
+	rm := RouterMetrics{RoutingP50: math.NaN(), RoutingP99: math.NaN(), Decisions: map[string]float64{}, Prewarm: map[string]float64{}}
 	for _, f := range fams {
 		switch f.GetName() {
 		case metricRoutingDur:
@@ -147,6 +156,21 @@ func ReadRouterMetrics(g prometheus.Gatherer) (RouterMetrics, error) {
 					}
 				}
 				rm.Decisions[d] += m.GetCounter().GetValue()
+			}
+		case metricPrewarmDur:
+			for _, m := range f.GetMetric() {
+				if h := m.GetHistogram(); h != nil {
+					rm.PrewarmCount += h.GetSampleCount()
+					rm.PrewarmSeconds += h.GetSampleSum()
+				}
+			}
+		case metricPrewarmReqs:
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "result" {
+						rm.Prewarm[l.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
 			}
 		}
 	}

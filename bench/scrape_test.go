@@ -56,7 +56,9 @@ func TestReadRouterMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	hist := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvroute_router_routing_duration_seconds", Buckets: []float64{0.0001, 0.001, 0.01}})
 	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_router_requests_total"}, []string{"decision", "model", "code"})
-	reg.MustRegister(hist, reqs)
+	prewarm := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_router_prewarm_requests_total"}, []string{"result"})
+	prewarmDur := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvroute_router_prewarm_duration_seconds"})
+	reg.MustRegister(hist, reqs, prewarm, prewarmDur)
 	rm, err := ReadRouterMetrics(reg)
 	if err != nil || !math.IsNaN(rm.RoutingP50) || rm.RoutingCount != 0 {
 		t.Fatalf("empty: %+v %v", rm, err)
@@ -70,6 +72,10 @@ func TestReadRouterMetrics(t *testing.T) {
 	reqs.WithLabelValues("cache_hit", "m", "200").Add(3)
 	reqs.WithLabelValues("overflow", "m", "200").Add(1)
 	reqs.WithLabelValues("overflow", "m", "503").Add(1)
+	prewarm.WithLabelValues("ok").Add(5)
+	prewarm.WithLabelValues("timeout").Add(2)
+	prewarmDur.Observe(1.5)
+	prewarmDur.Observe(2.5)
 	rm, err = ReadRouterMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
@@ -79,5 +85,11 @@ func TestReadRouterMetrics(t *testing.T) {
 	}
 	if rm.Decisions["overflow"] != 2 || rm.Decisions["cache_hit"] != 3 {
 		t.Fatalf("decisions %v", rm.Decisions)
+	}
+	if rm.Prewarm["ok"] != 5 || rm.Prewarm["timeout"] != 2 || len(rm.Prewarm) != 2 {
+		t.Fatalf("prewarm %v", rm.Prewarm)
+	}
+	if rm.PrewarmCount != 2 || rm.PrewarmSeconds != 4 {
+		t.Fatalf("prewarm duration: %d newcomers, %v s", rm.PrewarmCount, rm.PrewarmSeconds)
 	}
 }

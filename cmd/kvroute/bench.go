@@ -23,7 +23,7 @@ type benchFlags struct {
 	profile                              string
 	numGPUBlocks                         int
 	timeScale                            float64
-	threshold                            int
+	threshold, prewarm                   int
 	requestTimeout                       time.Duration
 	repeat                               int
 	quick, noProgress                    bool
@@ -69,6 +69,7 @@ non-zero unless kv-aware ≥ prefix-hash ≥ least-request on hit rate.`,
 	fs.IntVar(&f.numGPUBlocks, "num-gpu-blocks", d.NumGPUBlocks, "KV-cache blocks per engine (0 = the profile's)")
 	fs.Float64Var(&f.timeScale, "time-scale", d.TimeScale, "wall seconds per simulated second (0.5 = twice as fast as real time)")
 	fs.IntVar(&f.threshold, "concurrency-threshold", d.ConcurrencyThreshold, "router in-flight threshold per instance before overflow (1..1024; 0 = router default)")
+	fs.IntVar(&f.prewarm, "prewarm-prefixes", 0, "router pre-warming under every policy: hottest prefixes replayed to a joining engine before it takes traffic (0 = off; effective only where the router tracks token ids, i.e. kv-aware)")
 	fs.DurationVar(&f.requestTimeout, "request-timeout", d.RequestTimeout, "timeout of one request, wall time")
 	fs.IntVar(&f.repeat, "repeat", 1, "runs per policy (interleaved); figures are the medians, ranges in the JSON")
 	fs.BoolVar(&f.quick, "quick", false, "short shared-prefix run (≤ 2 min) asserting kv-aware ≥ prefix-hash ≥ least-request on hit rate")
@@ -122,6 +123,7 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 	}
 	cfg.QPS, cfg.Engines, cfg.DocTokens, cfg.QuestionTokens = f.qps, f.engines, f.docTokens, f.questionTokens
 	cfg.Profile, cfg.ConcurrencyThreshold, cfg.RequestTimeout, cfg.Repeat = f.profile, f.threshold, f.requestTimeout, f.repeat
+	cfg.PrewarmPrefixes = f.prewarm
 	if !f.noProgress {
 		cfg.Progress = os.Stderr
 	}
@@ -133,7 +135,7 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := signalContext()
+	ctx, cancel := signalContext(cmd.Context())
 	defer cancel()
 	rep, runErr := b.Run(ctx)
 	if rep != nil && len(rep.Workloads) > 0 {

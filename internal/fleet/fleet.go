@@ -59,6 +59,13 @@ type Config struct {
 	Router    router.Config
 	Indexer   indexer.Config
 	Dashboard dashboard.Config
+	// NoDashboard leaves the dashboard out (no sampling goroutine, no /dashboard/ routes).
+	NoDashboard bool
+
+	// EngineStarted, when set, is called once each engine's HTTP server listens and
+	// before its agent starts (e.g. to read its counters before any traffic). It runs on
+	// the goroutine that adds the engine.
+	EngineStarted func(e *Engine)
 }
 
 // DefaultConfig is a 4-engine fleet on free loopback ports with the tiny profile.
@@ -86,10 +93,10 @@ func (c Config) Validate() error {
 	if c.HeartbeatInterval <= 0 {
 		return fmt.Errorf("%w: heartbeat interval must be positive", ErrFleet)
 	}
-	if err := c.Dashboard.Validate(); err != nil {
-		return err
+	if c.NoDashboard {
+		return nil
 	}
-	return nil
+	return c.Dashboard.Validate()
 }
 
 // Engine is one simulated engine with its agent.
@@ -123,6 +130,7 @@ type Fleet struct {
 	bg   context.Context
 	stop context.CancelFunc
 
+	grow    sync.Mutex // serializes AddEngines, so concurrent calls get distinct engine ids
 	mu      sync.Mutex
 	engines []*Engine
 }
@@ -180,32 +188,23 @@ func Start(ctx context.Context, cfg Config, tok tokenizer.Tokenizer, reg *promet
 	if err := f.rt.Start(f.bg); err != nil {
 		return nil, fmt.Errorf("%w: router: %w", ErrFleet, err)
 	}
-	if f.dash, err = dashboard.New(cfg.Dashboard, dashboard.FromRouter(f.rt)); err != nil {
-		return nil, err
+	if !cfg.NoDashboard {
+		if f.dash, err = dashboard.New(cfg.Dashboard, dashboard.FromRouter(f.rt)); err != nil {
+			return nil, err
+		}
+		go f.dash.Run(f.bg)
 	}
-	go f.dash.Run(f.bg)
 
 	if f.ln, err = net.Listen("tcp", cfg.ListenAddr); err != nil {
 		return nil, fmt.Errorf("%w: listen %s: %w", ErrFleet, cfg.ListenAddr, err)
 	}
-	f.httpd = &http.Server{Handler: Handler(f.rt, f.dash), ReadHeaderTimeout: 10 * time.Second}
+	f.httpd = &http.Server{Handler: dashboard.RouterHandler(f.rt, f.dash), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = f.httpd.Serve(f.ln) }()
 
 	if err := f.AddEngines(ctx, cfg.Engines); err != nil {
 		return nil, err
 	}
 	return f, nil
-}
-
-// Handler is the router's HTTP surface with the dashboard mounted beside the API.
-func Handler(rt *router.Router, dash *dashboard.Dashboard) http.Handler {
-	mux := http.NewServeMux()
-	d := dash.Handler()
-	mux.Handle("/dashboard/", d)
-	mux.Handle("/dashboard", d)
-	mux.Handle("/api/history", d)
-	mux.Handle("/", rt.Handler())
-	return mux
 }
 
 func (f *Fleet) connect(name string) (*nats.Conn, error) {
@@ -220,8 +219,10 @@ func (f *Fleet) connect(name string) (*nats.Conn, error) {
 }
 
 // AddEngines starts n more engines with their agents and waits until the router sees
-// all of them healthy.
+// all of them healthy. Concurrent calls run one after the other.
 func (f *Fleet) AddEngines(ctx context.Context, n int) error {
+	f.grow.Lock()
+	defer f.grow.Unlock()
 	for range n {
 		if err := f.addEngine(ctx); err != nil {
 			return err
@@ -260,6 +261,9 @@ func (f *Fleet) addEngine(ctx context.Context) error {
 	f.mu.Lock()
 	f.engines = append(f.engines, e)
 	f.mu.Unlock()
+	if f.cfg.EngineStarted != nil {
+		f.cfg.EngineStarted(e)
+	}
 	nc, err := f.connect("kvroute-agent-" + id)
 	if err != nil {
 		return err
@@ -322,7 +326,7 @@ func (f *Fleet) GRPCAddr() string {
 // NATSURL is the embedded NATS server's client URL.
 func (f *Fleet) NATSURL() string { return f.nats.ClientURL() }
 
-// Router, Index and Dashboard expose the components.
+// Router, Index and Dashboard (nil with NoDashboard) expose the components.
 func (f *Fleet) Router() *router.Router          { return f.rt }
 func (f *Fleet) Index() *indexer.Service         { return f.idx }
 func (f *Fleet) Dashboard() *dashboard.Dashboard { return f.dash }
