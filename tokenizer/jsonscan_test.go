@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -145,5 +146,26 @@ func TestSparseVocabRefused(t *testing.T) {
 	}
 	if _, err := parseCore([]byte(doc), nil); err == nil || !strings.Contains(err.Error(), "sparse") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// BenchmarkScanTokenizerJSON: the fast scanner alone on the embedded Qwen3
+// tokenizer.json (gunzipped once, outside the loop): vocab and merges read into the
+// flat arrays, the skeleton cut out.
+func BenchmarkScanTokenizerJSON(b *testing.B) {
+	gz, err := os.ReadFile(qwen3JSONPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	data, err := gunzip(gz)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, ok := scanTokenizerJSON(data); !ok {
+			b.Fatal("the scanner gave up on the embedded tokenizer.json")
+		}
 	}
 }

@@ -1,14 +1,11 @@
 package openai
 
 import (
-	"bytes"
-	"encoding/binary"
-	"math/bits"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 	"unsafe"
 
+	"github.com/kvroute/kvroute/internal/jsonlex"
 	"github.com/kvroute/kvroute/tokenizer"
 )
 
@@ -26,10 +23,10 @@ import (
 // them with tojson, and the reference prints keys in document order). decode applies
 // the same ordering after an encoding/json fallback (orderTools).
 
-// scanner walks a JSON body. Strings are copied out of it (callers may reuse bodies).
+// scanner walks a JSON body with jsonlex's primitives. Strings are copied out of
+// it (callers may reuse bodies).
 type scanner struct {
-	b   []byte
-	i   int
+	jsonlex.Lexer
 	dep int
 }
 
@@ -72,27 +69,21 @@ func foldsToAny(key string, names []string) bool {
 
 // scanWire decodes body into w. ok is false when the body needs encoding/json.
 func scanWire(body []byte, w *wire) (ok bool) {
-	s := scanner{b: body}
-	s.ws()
-	if !s.consume('{') {
+	s := scanner{Lexer: jsonlex.Lexer{Data: body}}
+	s.WS()
+	if !s.Consume('{') {
 		return false
 	}
 	var seen int
-	s.ws()
-	if s.consume('}') {
-		return s.end()
+	s.WS()
+	if s.Consume('}') {
+		return s.End()
 	}
 	for {
-		s.ws()
-		key, ok := s.str()
+		key, ok := s.key()
 		if !ok {
 			return false
 		}
-		s.ws()
-		if !s.consume(':') {
-			return false
-		}
-		s.ws()
 		bit := 0
 		for i, name := range wireFields {
 			if key == name {
@@ -113,20 +104,15 @@ func scanWire(body []byte, w *wire) (ok bool) {
 				return false
 			}
 		}
-		s.ws()
-		if s.consume(',') {
-			continue
+		if more, ok := s.next('}'); !more {
+			return ok && s.End()
 		}
-		if s.consume('}') {
-			return s.end()
-		}
-		return false
 	}
 }
 
 // field decodes the value of one known wire field.
 func (s *scanner) field(bit int, w *wire) bool {
-	null := s.null()
+	null := s.Null()
 	switch bit {
 	case fModel, fCacheSalt, fPromptCacheKey:
 		if null {
@@ -149,7 +135,7 @@ func (s *scanner) field(bit int, w *wire) bool {
 		if null {
 			return true
 		}
-		v, ok := s.boolean()
+		v, ok := s.Bool()
 		if !ok {
 			return false
 		}
@@ -193,7 +179,7 @@ func (s *scanner) field(bit int, w *wire) bool {
 		if null {
 			return true
 		}
-		if s.peek() != '[' {
+		if s.Peek() != '[' {
 			return false
 		}
 		v, ok := s.value(true)
@@ -206,7 +192,7 @@ func (s *scanner) field(bit int, w *wire) bool {
 		if null {
 			return true
 		}
-		if s.peek() != '{' {
+		if s.Peek() != '{' {
 			return false
 		}
 		v, ok := s.value(false)
@@ -220,75 +206,67 @@ func (s *scanner) field(bit int, w *wire) bool {
 			w.Prompt = []byte("null")
 			return true
 		}
-		start := s.i
+		start := s.Pos
 		if !s.skip() {
 			return false
 		}
-		w.Prompt = append([]byte(nil), s.b[start:s.i]...)
+		w.Prompt = append([]byte(nil), s.Data[start:s.Pos]...)
 		return true
 	}
 	return false
 }
 
 func (s *scanner) streamOptions(o *streamOptions) bool {
-	if !s.consume('{') {
+	if !s.Consume('{') {
 		return false
 	}
-	s.ws()
-	if s.consume('}') {
+	s.WS()
+	if s.Consume('}') {
 		return true
 	}
 	seen := false
 	for {
-		s.ws()
-		key, ok := s.str()
+		key, ok := s.key()
 		if !ok {
 			return false
 		}
-		s.ws()
-		if !s.consume(':') {
-			return false
-		}
-		s.ws()
 		switch {
 		case key == "include_usage":
 			if seen {
 				return false
 			}
 			seen = true
-			if !s.null() {
-				if o.IncludeUsage, ok = s.boolean(); !ok {
+			if !s.Null() {
+				if o.IncludeUsage, ok = s.Bool(); !ok {
 					return false
 				}
 			}
 		case strings.EqualFold(key, "include_usage") || !s.skip():
 			return false
 		}
-		s.ws()
-		if s.consume(',') {
-			continue
+		if more, ok := s.next('}'); !more {
+			return ok
 		}
-		return s.consume('}')
 	}
 }
 
 // messages decodes the messages array: each element an object (map[string]any,
 // with tool_calls ordered) or null.
 func (s *scanner) messages(w *wire) bool {
-	if !s.consume('[') {
+	if !s.Consume('[') {
 		return false
 	}
 	msgs := make([]map[string]any, 0, 4)
-	s.ws()
-	if s.consume(']') {
+	s.WS()
+	if s.Consume(']') {
 		w.Messages = msgs
 		return true
 	}
 	for {
-		s.ws()
+		s.WS()
 		var m map[string]any
-		if !s.null() {
-			if s.peek() != '{' {
+		if !s.Null() {
+			if s.Peek() != '{' {
 				return false
 			}
 			s.dep++
@@ -299,74 +277,54 @@ func (s *scanner) messages(w *wire) bool {
 			s.dep--
 		}
 		msgs = append(msgs, m)
-		s.ws()
-		if s.consume(',') {
-			continue
+		if more, ok := s.next(']'); !more {
+			if ok {
+				w.Messages = msgs
+			}
+			return ok
 		}
-		if !s.consume(']') {
-			return false
-		}
-		w.Messages = msgs
-		return true
 	}
 }
 
 // object decodes an object at '{' into a map. ordered makes nested objects
 // *tokenizer.Object; toolCalls orders the value of a "tool_calls" key (messages).
 func (s *scanner) object(ordered, toolCalls bool) (map[string]any, bool) {
-	s.i++ // '{'
+	s.Pos++ // '{'
 	m := make(map[string]any, 4)
-	s.ws()
-	if s.consume('}') {
+	s.WS()
+	if s.Consume('}') {
 		return m, true
 	}
 	for {
-		s.ws()
-		key, ok := s.str()
+		key, ok := s.key()
 		if !ok {
 			return nil, false
 		}
-		s.ws()
-		if !s.consume(':') {
-			return nil, false
-		}
-		s.ws()
 		v, ok := s.value(ordered || (toolCalls && key == "tool_calls"))
 		if !ok {
 			return nil, false
 		}
 		m[key] = v
-		s.ws()
-		if s.consume(',') {
-			continue
+		if more, ok := s.next('}'); !more {
+			return m, ok
 		}
-		if s.consume('}') {
-			return m, true
-		}
-		return nil, false
 	}
 }
 
 // orderedObject decodes an object at '{' keeping key order (last duplicate wins,
 // at its first position, like tokenizer.DecodeJSON).
 func (s *scanner) orderedObject() (*tokenizer.Object, bool) {
-	s.i++ // '{'
+	s.Pos++ // '{'
 	o := &tokenizer.Object{Values: make(map[string]any, 4)}
-	s.ws()
-	if s.consume('}') {
+	s.WS()
+	if s.Consume('}') {
 		return o, true
 	}
 	for {
-		s.ws()
-		key, ok := s.str()
+		key, ok := s.key()
 		if !ok {
 			return nil, false
 		}
-		s.ws()
-		if !s.consume(':') {
-			return nil, false
-		}
-		s.ws()
 		v, ok := s.value(true)
 		if !ok {
 			return nil, false
@@ -375,21 +333,16 @@ func (s *scanner) orderedObject() (*tokenizer.Object, bool) {
 			o.Keys = append(o.Keys, key)
 		}
 		o.Values[key] = v
-		s.ws()
-		if s.consume(',') {
-			continue
+		if more, ok := s.next('}'); !more {
+			return o, ok
 		}
-		if s.consume('}') {
-			return o, true
-		}
-		return nil, false
 	}
 }
 
 // value decodes any JSON value the way encoding/json fills an interface{}:
 // map[string]any (or *tokenizer.Object when ordered), []any, string, float64, bool, nil.
 func (s *scanner) value(ordered bool) (any, bool) {
-	switch c := s.peek(); {
+	switch c := s.Peek(); {
 	case c == '"':
 		return s.str()
 	case c == '{' || c == '[':
@@ -403,156 +356,65 @@ func (s *scanner) value(ordered bool) (any, bool) {
 			}
 			return s.object(false, false)
 		}
-		s.i++
+		s.Pos++
 		arr := []any{}
-		s.ws()
-		if s.consume(']') {
+		s.WS()
+		if s.Consume(']') {
 			return arr, true
 		}
 		for {
-			s.ws()
+			s.WS()
 			v, ok := s.value(ordered)
 			if !ok {
 				return nil, false
 			}
 			arr = append(arr, v)
-			s.ws()
-			if s.consume(',') {
-				continue
+			if more, ok := s.next(']'); !more {
+				return arr, ok
 			}
-			if s.consume(']') {
-				return arr, true
-			}
-			return nil, false
 		}
 	case c == 't' || c == 'f':
-		return s.boolean()
+		return s.Bool()
 	case c == 'n':
-		return nil, s.null()
+		return nil, s.Null()
 	default:
 		return s.number()
 	}
 }
 
-// skip validates and passes one value.
-func (s *scanner) skip() bool {
-	switch c := s.peek(); {
-	case c == '"' || c == '{' || c == '[':
-		_, ok := s.value(false)
-		return ok
-	case c == 't' || c == 'f':
-		_, ok := s.boolean()
-		return ok
-	case c == 'n':
-		return s.null()
-	default:
-		_, ok := s.numberText()
-		return ok
+// key reads an object member's key and its colon, with the whitespace around them.
+func (s *scanner) key() (string, bool) {
+	s.WS()
+	k, ok := s.str()
+	if !ok {
+		return "", false
 	}
-}
-
-func (s *scanner) ws() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
+	s.WS()
+	if !s.Consume(':') {
+		return "", false
 	}
+	s.WS()
+	return k, true
 }
 
-func (s *scanner) peek() byte {
-	if s.i < len(s.b) {
-		return s.b[s.i]
-	}
-	return 0
-}
-
-func (s *scanner) consume(c byte) bool {
-	if s.i < len(s.b) && s.b[s.i] == c {
-		s.i++
-		return true
-	}
-	return false
-}
-
-// end reports whether only whitespace follows.
-func (s *scanner) end() bool {
-	s.ws()
-	return s.i == len(s.b)
-}
-
-func (s *scanner) literal(lit string) bool {
-	if len(s.b)-s.i >= len(lit) && string(s.b[s.i:s.i+len(lit)]) == lit {
-		s.i += len(lit)
-		return true
-	}
-	return false
-}
-
-// null consumes a null literal if one is next.
-func (s *scanner) null() bool { return s.peek() == 'n' && s.literal("null") }
-
-func (s *scanner) boolean() (bool, bool) {
-	if s.literal("true") {
+// next passes what follows a member or an element: more after ',', !more after
+// close (ok) or anything else (!ok).
+func (s *scanner) next(close byte) (more, ok bool) {
+	s.WS()
+	if s.Consume(',') {
 		return true, true
 	}
-	if s.literal("false") {
-		return false, true
-	}
-	return false, false
+	return false, s.Consume(close)
 }
 
-// numberText passes a number in strict JSON grammar and returns its text.
-func (s *scanner) numberText() ([]byte, bool) {
-	start := s.i
-	b := s.b
-	i := s.i
-	if i < len(b) && b[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(b) && b[i] == '0':
-		i++
-	case i < len(b) && b[i] >= '1' && b[i] <= '9':
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-	default:
-		return nil, false
-	}
-	if i < len(b) && b[i] == '.' {
-		i++
-		d := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == d {
-			return nil, false
-		}
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		d := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == d {
-			return nil, false
-		}
-	}
-	s.i = i
-	return b[start:i], true
-}
+// skip validates and passes one value (syntax only, like encoding/json for a
+// value it discards).
+func (s *scanner) skip() bool { return s.Skip(maxScanDepth - s.dep) }
 
 // number decodes a number as encoding/json does into float64 (strconv.ParseFloat;
 // out-of-range numbers are left to encoding/json's error).
 func (s *scanner) number() (float64, bool) {
-	text, ok := s.numberText()
+	text, ok := s.Number()
 	if !ok {
 		return 0, false
 	}
@@ -560,142 +422,34 @@ func (s *scanner) number() (float64, bool) {
 	return f, err == nil
 }
 
-const (
-	lsb = 0x0101010101010101
-	msb = 0x8080808080808080
-)
-
-// strEnd finds the end of the string starting at s.i ('"'): the content is
-// s.b[s.i+1 : end-1] after the call moves s.i to end. It reports whether the content
-// holds escapes or non-ASCII bytes. Control characters fail (invalid JSON).
-func (s *scanner) strEnd() (escaped, nonASCII, ok bool) {
-	b := s.b
-	i := s.i + 1
-	for {
-		// Eight bytes at a time: stop at a word holding '"', '\\' or a control byte.
-		for i+8 <= len(b) {
-			x := binary.LittleEndian.Uint64(b[i:])
-			q := x ^ (lsb * '"')
-			bs := x ^ (lsb * '\\')
-			special := ((q - lsb) &^ q) | ((bs - lsb) &^ bs) | ((x - lsb*0x20) &^ x)
-			nonASCII = nonASCII || x&msb != 0
-			if special&msb != 0 {
-				i += bits.TrailingZeros64(special&msb) / 8
-				break
-			}
-			i += 8
-		}
-		if i >= len(b) {
-			return false, false, false
-		}
-		switch c := b[i]; {
-		case c == '"':
-			s.i = i + 1
-			return escaped, nonASCII, true
-		case c == '\\':
-			escaped = true
-			i += 2
-		case c < 0x20:
-			return false, false, false
-		default:
-			nonASCII = nonASCII || c >= utf8.RuneSelf
-			i++
-		}
-		if i > len(b) {
-			return false, false, false
-		}
-	}
-}
-
-// str decodes the string at s.i. Invalid UTF-8 and surrogate escapes are left to
-// encoding/json (it replaces them with U+FFFD by rules of its own).
+// str decodes the string at s.Pos into a new string. Invalid UTF-8 and lone
+// surrogate escapes are left to encoding/json (it replaces them with U+FFFD).
 func (s *scanner) str() (string, bool) {
-	if s.peek() != '"' {
+	if s.Peek() != '"' {
 		return "", false
 	}
-	start := s.i + 1
+	start := s.Pos + 1
 	// A long string seen before: found by its raw bytes, before any per-byte work.
-	if str, n, ok := interned.lookup(s.b[start:]); ok {
-		s.i = start + n + 1
+	if str, n, ok := interned.lookup(s.Data[start:]); ok {
+		s.Pos = start + n + 1
 		return str, true
 	}
-	str, ok := s.decodeStr()
-	if ok && s.i-1-start >= internMinBytes {
-		interned.put(s.b[start:s.i-1], str)
-	}
-	return str, ok
-}
-
-// decodeStr validates and decodes the string at s.i.
-func (s *scanner) decodeStr() (string, bool) {
-	start := s.i + 1
-	escaped, nonASCII, ok := s.strEnd()
+	raw, escaped, ok := s.RawString()
 	if !ok {
 		return "", false
 	}
-	raw := s.b[start : s.i-1]
-	if nonASCII && !utf8.Valid(raw) {
-		return "", false
-	}
+	var str string
 	if !escaped {
-		return string(raw), true
-	}
-	out := make([]byte, 0, len(raw))
-	for len(raw) > 0 {
-		k := bytes.IndexByte(raw, '\\')
-		if k < 0 {
-			out = append(out, raw...)
-			break
-		}
-		out = append(out, raw[:k]...)
-		if k+1 >= len(raw) {
+		str = string(raw)
+	} else {
+		out, ok := jsonlex.Unescape(make([]byte, 0, len(raw)), raw)
+		if !ok {
 			return "", false
 		}
-		switch raw[k+1] {
-		case '"', '\\', '/':
-			out = append(out, raw[k+1])
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		case 'u':
-			if k+6 > len(raw) {
-				return "", false
-			}
-			r, ok := hex4(raw[k+2 : k+6])
-			if !ok || (r >= 0xD800 && r < 0xE000) {
-				return "", false
-			}
-			out = utf8.AppendRune(out, r)
-			raw = raw[k+6:]
-			continue
-		default:
-			return "", false
-		}
-		raw = raw[k+2:]
+		str = unsafe.String(unsafe.SliceData(out), len(out))
 	}
-	return unsafe.String(unsafe.SliceData(out), len(out)), true
-}
-
-func hex4(h []byte) (rune, bool) {
-	var r rune
-	for _, c := range h {
-		switch {
-		case c >= '0' && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case c >= 'a' && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case c >= 'A' && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
-			return 0, false
-		}
+	if len(raw) >= internMinBytes {
+		interned.put(raw, str)
 	}
-	return r, true
+	return str, true
 }
