@@ -10,9 +10,10 @@ import (
 // (~150k "token": id pairs) and model.merges (~150k–300k rules); decoding that with
 // encoding/json into a map and string slices took 1–3 s (20–30 s under the race
 // detector). scanTokenizerJSON reads those two members with a purpose-built
-// scanner (on internal/jsonlex's primitives) straight into the flat vocabulary and merge triples, and hands
-// encoding/json only the small rest (the "skeleton": the document with the two
-// members cut out), which the component parsers read as before.
+// scanner (on internal/jsonlex's primitives) straight into the flat vocabulary
+// and merge triples, and hands encoding/json only the small rest (the
+// "skeleton": the document with the two members cut out), which the component
+// parsers read as before.
 //
 // The scanner is deliberately partial and strict: it accepts only input it decodes
 // exactly as encoding/json would, and reports !ok on anything else — a syntax
