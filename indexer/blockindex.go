@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
-	"unsafe"
 
 	kvroutev1 "github.com/kvroute/kvroute/proto/kvroute/v1"
 )
@@ -169,7 +168,7 @@ func placeSlot(slots []uint64, bits uint, h uint64, idx uint32) {
 func (x *BlockIndex) growSlots() {
 	old := x.slots
 	x.slots = make([]uint64, 2*len(old))
-	adviseHugePages(unsafe.Pointer(&x.slots[0]), len(x.slots)*8)
+	adviseHugePages(x.slots)
 	x.bits++
 	for _, s := range old {
 		if s != 0 {
@@ -239,19 +238,6 @@ func (x *BlockIndex) warm(keys []uint64) uint64 {
 	return sink
 }
 
-// growArena adds chunks to the arena in one allocation of a quarter of the chunks it has
-// (at least one): large arenas then come in runs that transparent huge pages can back
-// (each chunk alone is 2 MiB but not 2 MiB-aligned), while at most a fifth of the arena
-// is allocated ahead of use.
-func (x *BlockIndex) growArena() {
-	n := max(1, len(x.chunks)/4)
-	run := make([]entry, n*chunkSize)
-	adviseHugePages(unsafe.Pointer(&run[0]), len(run)*int(unsafe.Sizeof(entry{})))
-	for i := range n {
-		x.chunks = append(x.chunks, (*[chunkSize]entry)(run[i*chunkSize:]))
-	}
-}
-
 func (x *BlockIndex) unlink(i uint32) {
 	e := x.at(i)
 	x.at(e.prev).next = e.next
@@ -283,7 +269,7 @@ func (x *BlockIndex) newKey(key uint64, id uint16) uint32 {
 		x.free = x.at(i).next
 	} else {
 		if int(x.used) == len(x.chunks)*chunkSize {
-			x.growArena()
+			x.chunks = append(x.chunks, new([chunkSize]entry))
 		}
 		i = x.used
 		x.used++

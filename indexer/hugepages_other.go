@@ -2,6 +2,4 @@
 
 package indexer
 
-import "unsafe"
-
-func adviseHugePages(unsafe.Pointer, int) {}
+func adviseHugePages([]uint64) {}
