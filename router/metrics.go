@@ -81,7 +81,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"instance"}),
 		eventLag: f.NewGauge(prometheus.GaugeOpts{
 			Name: "kvroute_router_event_lag_seconds",
-			Help: "Age of the most recent index update over all instances (how far the index may lag the engines).",
+			Help: "Worst instance's ingestion lag: the index's moving average (about 8 batches) of engine batch time to applied, in seconds.",
 		}),
 		predictionMatches: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvroute_router_prediction_checks_total",

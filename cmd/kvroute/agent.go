@@ -62,7 +62,7 @@ Start vLLM with --kv-events-config '{"enable_kv_cache_events":true,"publisher":"
 		},
 	}
 	fs := cmd.Flags()
-	sf.register(fs, serverDefaults{Listen: "", MetricsListen: ":9106"})
+	sf.register(fs, serverDefaults{Listen: "", MetricsListen: ":9106", NoGRPC: true})
 	fs.StringVar(&cfg.EngineURL, "engine-url", cfg.EngineURL, "base URL of the vLLM server, e.g. http://127.0.0.1:8000 (required)")
 	fs.StringVar(&cfg.ZMQEndpoint, "zmq-endpoint", "tcp://127.0.0.1:5557", "the engine's KV-events ZMQ endpoint")
 	fs.BoolVar(&cfg.ZMQBind, "zmq-bind", cfg.ZMQBind, "bind --zmq-endpoint (the engine connects) instead of dialling it")

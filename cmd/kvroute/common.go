@@ -46,11 +46,15 @@ type natsFlags struct {
 
 type serverDefaults struct {
 	Listen, GRPCListen, MetricsListen string
+	// NoGRPC leaves --grpc-listen out, for servers that serve no gRPC.
+	NoGRPC bool
 }
 
 func (s *serverFlags) register(fs *pflag.FlagSet, d serverDefaults) {
 	fs.StringVar(&s.Listen, "listen", d.Listen, "main HTTP address, HOST:PORT")
-	fs.StringVar(&s.GRPCListen, "grpc-listen", d.GRPCListen, "gRPC address, HOST:PORT (empty = off)")
+	if !d.NoGRPC {
+		fs.StringVar(&s.GRPCListen, "grpc-listen", d.GRPCListen, "gRPC address, HOST:PORT (empty = off)")
+	}
 	fs.StringVar(&s.MetricsListen, "metrics-listen", d.MetricsListen, "Prometheus /metrics address, HOST:PORT (empty = served on --listen)")
 	fs.StringVar(&s.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&s.LogFormat, "log-format", "text", "log format: text or json")
