@@ -66,6 +66,27 @@ func (f *indexClientFlags) dial() (kvroutev1.IndexClient, func(), error) {
 	return kvroutev1.NewIndexClient(conn), func() { _ = conn.Close() }, nil
 }
 
+// callIndex dials the index, makes one call within --timeout, and prints the reply as JSON
+// with --json or through table otherwise.
+func callIndex[T proto.Message](cmd *cobra.Command, f *indexClientFlags, what string,
+	call func(context.Context, kvroutev1.IndexClient) (T, error), table func(io.Writer, T) error) error {
+	c, closeConn, err := f.dial()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	ctx, cancel := context.WithTimeout(cmd.Context(), f.Timeout)
+	defer cancel()
+	resp, err := call(ctx, c)
+	if err != nil {
+		return fmt.Errorf("index %s: %w", what, err)
+	}
+	if f.JSON {
+		return printJSON(cmd.OutOrStdout(), resp)
+	}
+	return table(cmd.OutOrStdout(), resp)
+}
+
 func printJSON(w io.Writer, m proto.Message) error {
 	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}.Marshal(m)
 	if err != nil {
@@ -110,53 +131,44 @@ instance holding a leading run of them, best first.`,
 			if err != nil {
 				return usageError{fmt.Errorf("--body: %w", err)}
 			}
-			c, closeConn, err := f.dial()
-			if err != nil {
-				return err
+			lookup := func(ctx context.Context, c kvroutev1.IndexClient) (*kvroutev1.LookupResponse, error) {
+				return c.Lookup(ctx, &kvroutev1.LookupRequest{Query: &kvroutev1.LookupRequest_OpenaiBody{OpenaiBody: data}})
 			}
-			defer closeConn()
-			ctx, cancel := context.WithTimeout(cmd.Context(), f.Timeout)
-			defer cancel()
-			resp, err := c.Lookup(ctx, &kvroutev1.LookupRequest{Query: &kvroutev1.LookupRequest_OpenaiBody{OpenaiBody: data}})
-			if err != nil {
-				return fmt.Errorf("index lookup: %w", err)
-			}
-			out := cmd.OutOrStdout()
-			if !showKeys && !f.JSON {
-				resp.Keys = nil
-			}
-			if f.JSON {
-				return printJSON(out, resp)
-			}
-			fmt.Fprintf(out, "prompt: %d tokens, %d full blocks of %d tokens\n", resp.PromptTokens, resp.TotalBlocks, resp.BlockSize)
-			if len(resp.Matches) == 0 {
-				fmt.Fprintln(out, "no instance holds the first block")
-			} else {
-				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "INSTANCE\tBLOCKS\tTOKENS\tOF PROMPT")
-				for _, m := range resp.Matches {
-					pct := 0.0
-					if resp.PromptTokens > 0 {
-						pct = 100 * float64(m.MatchedTokens) / float64(resp.PromptTokens)
-					}
-					fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f%%\n", m.Instance, m.MatchedBlocks, m.MatchedTokens, pct)
-				}
-				if err := tw.Flush(); err != nil {
-					return err
-				}
-			}
-			if showKeys {
-				for i, k := range resp.Keys {
-					fmt.Fprintf(out, "key[%d] %016x\n", i, k)
-				}
-			}
-			return nil
+			return callIndex(cmd, &f, "lookup", lookup, func(out io.Writer, resp *kvroutev1.LookupResponse) error {
+				return writeLookup(out, resp, showKeys)
+			})
 		},
 	}
 	f.register(cmd)
 	cmd.Flags().StringVar(&body, "body", "", "OpenAI request body: a JSON file, or - for stdin")
 	cmd.Flags().BoolVar(&showKeys, "keys", false, "also print the prompt's block keys")
 	return cmd
+}
+
+func writeLookup(out io.Writer, resp *kvroutev1.LookupResponse, showKeys bool) error {
+	fmt.Fprintf(out, "prompt: %d tokens, %d full blocks of %d tokens\n", resp.PromptTokens, resp.TotalBlocks, resp.BlockSize)
+	if len(resp.Matches) == 0 {
+		fmt.Fprintln(out, "no instance holds the first block")
+	} else {
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "INSTANCE\tBLOCKS\tTOKENS\tOF PROMPT")
+		for _, m := range resp.Matches {
+			pct := 0.0
+			if resp.PromptTokens > 0 {
+				pct = 100 * float64(m.MatchedTokens) / float64(resp.PromptTokens)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f%%\n", m.Instance, m.MatchedBlocks, m.MatchedTokens, pct)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if showKeys {
+		for i, k := range resp.Keys {
+			fmt.Fprintf(out, "key[%d] %016x\n", i, k)
+		}
+	}
+	return nil
 }
 
 func newIndexInstancesCmd() *cobra.Command {
@@ -166,22 +178,12 @@ func newIndexInstancesCmd() *cobra.Command {
 		Short: "List the instances the index knows: state, blocks, load, warm-up",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, closeConn, err := f.dial()
-			if err != nil {
-				return err
+			list := func(ctx context.Context, c kvroutev1.IndexClient) (*kvroutev1.ListInstancesResponse, error) {
+				return c.ListInstances(ctx, &kvroutev1.ListInstancesRequest{})
 			}
-			defer closeConn()
-			ctx, cancel := context.WithTimeout(cmd.Context(), f.Timeout)
-			defer cancel()
-			resp, err := c.ListInstances(ctx, &kvroutev1.ListInstancesRequest{})
-			if err != nil {
-				return fmt.Errorf("index instances: %w", err)
-			}
-			out := cmd.OutOrStdout()
-			if f.JSON {
-				return printJSON(out, resp)
-			}
-			return writeInstancesTable(out, resp.Instances, time.Now())
+			return callIndex(cmd, &f, "instances", list, func(out io.Writer, resp *kvroutev1.ListInstancesResponse) error {
+				return writeInstancesTable(out, resp.Instances, time.Now())
+			})
 		},
 	}
 	f.register(cmd)
@@ -222,25 +224,15 @@ func newIndexStatsCmd() *cobra.Command {
 		Short: "Print the index's sizes and counters",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, closeConn, err := f.dial()
-			if err != nil {
-				return err
+			stats := func(ctx context.Context, c kvroutev1.IndexClient) (*kvroutev1.StatsResponse, error) {
+				return c.Stats(ctx, &kvroutev1.StatsRequest{})
 			}
-			defer closeConn()
-			ctx, cancel := context.WithTimeout(cmd.Context(), f.Timeout)
-			defer cancel()
-			st, err := c.Stats(ctx, &kvroutev1.StatsRequest{})
-			if err != nil {
-				return fmt.Errorf("index stats: %w", err)
-			}
-			out := cmd.OutOrStdout()
-			if f.JSON {
-				return printJSON(out, st)
-			}
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintf(tw, "keys\t%d\nentries\t%d\ninstances\t%d\nmax keys\t%d\nevictions\t%d\nevents applied\t%d\ngaps\t%d\nsnapshots\t%d\nlookups\t%d\n",
-				st.Keys, st.Entries, st.Instances, st.MaxKeys, st.Evictions, st.EventsApplied, st.Gaps, st.Snapshots, st.Lookups)
-			return tw.Flush()
+			return callIndex(cmd, &f, "stats", stats, func(out io.Writer, st *kvroutev1.StatsResponse) error {
+				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				fmt.Fprintf(tw, "keys\t%d\nentries\t%d\ninstances\t%d\nmax keys\t%d\nevictions\t%d\nevents applied\t%d\ngaps\t%d\nsnapshots\t%d\nlookups\t%d\n",
+					st.Keys, st.Entries, st.Instances, st.MaxKeys, st.Evictions, st.EventsApplied, st.Gaps, st.Snapshots, st.Lookups)
+				return tw.Flush()
+			})
 		},
 	}
 	f.register(cmd)
