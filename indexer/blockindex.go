@@ -614,10 +614,11 @@ func (x *BlockIndex) Apply(b *kvroutev1.EventBatch) error {
 // lookup whose matched run ends at depth m probes at most about 2m+4 keys, and never more
 // than 32 past the end of the run.
 //
-// Measured (docs/benchmarks.md): 20–40% faster than a walk of one probe loop per key when
-// the chain's slots and entries are in L3 or DRAM; 10% (1M keys) to 35% (10M keys) slower
-// when they sit in L2 and the same chain is looked up again and again, where the plain
-// loop's data-dependent branches are learnt by the branch predictor.
+// Measured against a walk of one probe loop per key (lookup_v0_test.go, docs/benchmarks.md):
+// faster when the chain's slots and entries are in L3 (3–28% by median) or DRAM (17–28%);
+// slower (7–35% by fastest round) when they sit in L2 and the same chain is looked up
+// again and again, where the plain loop is bound by instructions rather than misses and
+// the branch predictor learns its data-dependent branches.
 const (
 	lookupBatchMin = 4
 	lookupBatchMax = 32
