@@ -19,8 +19,8 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// vectorsDir holds vLLM's wire formats with golden bytes (shared with the other teams).
-const vectorsDir = "../../shared/specs/vectors"
+// vectorsDir holds vLLM's wire formats with golden bytes (a copy of the shared spec data).
+const vectorsDir = "../testdata/vllm-kv-events"
 
 func vectorsPath(t testing.TB, parts ...string) string {
 	t.Helper()

@@ -12,13 +12,13 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-var vectorsDir = filepath.Join("..", "..", "shared", "specs", "vectors")
+var vectorsDir = filepath.Join("..", "testdata", "vllm-kv-events")
 
 func loadVectors(t *testing.T) map[string][]byte {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(vectorsDir, "vectors.json"))
 	if err != nil {
-		t.Skipf("golden vectors not available: %v", err)
+		t.Fatalf("golden vectors missing (testdata/vllm-kv-events): %v", err)
 	}
 	var m map[string]string
 	if err := json.Unmarshal(raw, &m); err != nil {
