@@ -393,6 +393,18 @@ func (d *Decoder) nilNext() (bool, error) {
 }
 
 func (d *Decoder) hashes(e *Event) error {
+	return intList(d, &e.Hashes, appendUints64, func() (uint64, error) {
+		h, ok, err := d.hash()
+		if err == nil && !ok {
+			err = fmt.Errorf("nil block hash")
+		}
+		return h, err
+	})
+}
+
+// intList reads a nil or an array of integers into *dst: runs that bulk can read are
+// taken straight from the payload, anything else goes through one, value by value.
+func intList[T uint32 | uint64](d *Decoder, dst *[]T, bulk func([]T, []byte, int) ([]T, int), one func() (T, error)) error {
 	if isNil, err := d.nilNext(); err != nil || isNil {
 		return err
 	}
@@ -401,24 +413,20 @@ func (d *Decoder) hashes(e *Event) error {
 		return err
 	}
 	for i := 0; i < n; {
-		// Bulk path: a run of non-negative integer hashes straight from the payload.
-		got, used := appendUints64(e.Hashes, d.payload[len(d.payload)-d.r.Len():], n-i)
-		i += len(got) - len(e.Hashes)
-		e.Hashes = got
+		got, used := bulk(*dst, d.payload[len(d.payload)-d.r.Len():], n-i)
+		i += len(got) - len(*dst)
+		*dst = got
 		if used > 0 {
 			d.skipBytes(used)
 		}
 		if i == n {
 			break
 		}
-		h, ok, err := d.hash()
+		v, err := one()
 		if err != nil {
 			return err
 		}
-		if !ok {
-			return fmt.Errorf("nil block hash")
-		}
-		e.Hashes = append(e.Hashes, h)
+		*dst = append(*dst, v)
 		i++
 	}
 	return nil
@@ -484,36 +492,18 @@ func (d *Decoder) hash() (uint64, bool, error) {
 }
 
 func (d *Decoder) tokens(e *Event) error {
-	if isNil, err := d.nilNext(); err != nil || isNil {
-		return err
-	}
-	n, err := d.arrayLen()
-	if err != nil {
-		return err
-	}
-	for i := 0; i < n; {
-		// Bulk path: a run of small non-negative integers straight from the payload.
-		got, used := appendUints32(e.Tokens, d.payload[len(d.payload)-d.r.Len():], n-i)
-		i += len(got) - len(e.Tokens)
-		e.Tokens = got
-		if used > 0 {
-			d.skipBytes(used)
-		}
-		if i == n {
-			break
-		}
-		// Anything else (signed encodings, uint64, garbage) one at a time.
+	// Anything the bulk path does not take (signed encodings, uint64, garbage) is read
+	// one value at a time and range-checked.
+	return intList(d, &e.Tokens, appendUints32, func() (uint32, error) {
 		iv, err := d.dec.DecodeInt64()
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if iv < 0 || iv > math.MaxUint32 {
-			return fmt.Errorf("token id %d out of range", iv)
+			return 0, fmt.Errorf("token id %d out of range", iv)
 		}
-		e.Tokens = append(e.Tokens, uint32(iv))
-		i++
-	}
-	return nil
+		return uint32(iv), nil
+	})
 }
 
 // appendUints32 appends up to max msgpack integers encoded as positive fixint, uint8,
