@@ -87,27 +87,15 @@ func encodeBatch(dst []byte, ts float64, b *eventBuf, arrayForm bool, blockSize,
 		switch e.kind {
 		case kindStored:
 			tokens := b.tokens[e.tokOff : e.tokOff+e.tokN]
-			if arrayForm {
-				dst = mpArray(dst, 11)
-				dst = mpStr(dst, evStored)
-			} else {
-				dst = mpMap(dst, 11)
-				dst = mpStr(dst, "type")
-				dst = mpStr(dst, evStored)
-				dst = mpStr(dst, "block_hashes")
-			}
+			dst = eventHead(dst, arrayForm, 11, evStored)
 			dst = mpUints(dst, hashes)
-			if !arrayForm {
-				dst = mpStr(dst, "parent_block_hash")
-			}
+			dst = field(dst, arrayForm, "parent_block_hash")
 			if e.hasParent {
 				dst = mpUint(dst, e.parent)
 			} else {
 				dst = mpNil(dst)
 			}
-			if !arrayForm {
-				dst = mpStr(dst, "token_ids")
-			}
+			dst = field(dst, arrayForm, "token_ids")
 			dst = mpArray(dst, len(tokens))
 			for _, t := range tokens {
 				dst = mpUint(dst, uint64(t))
@@ -134,15 +122,7 @@ func encodeBatch(dst []byte, ts float64, b *eventBuf, arrayForm bool, blockSize,
 			dst = field(dst, arrayForm, "kv_cache_spec_kind")
 			dst = mpStr(dst, specFullAttn)
 		case kindRemoved:
-			if arrayForm {
-				dst = mpArray(dst, 4)
-				dst = mpStr(dst, evRemoved)
-			} else {
-				dst = mpMap(dst, 4)
-				dst = mpStr(dst, "type")
-				dst = mpStr(dst, evRemoved)
-				dst = mpStr(dst, "block_hashes")
-			}
+			dst = eventHead(dst, arrayForm, 4, evRemoved)
 			dst = mpUints(dst, hashes)
 			dst = field(dst, arrayForm, "medium")
 			dst = mpStr(dst, mediumGPU)
@@ -195,6 +175,15 @@ func extraKeys(lora, salt string, first bool) blockExtra {
 		x.n++
 	}
 	return x
+}
+
+// eventHead opens an event of n fields of type typ: a positional array led by the type
+// name, or a map with "type" and the key of the first field, "block_hashes".
+func eventHead(dst []byte, arrayForm bool, n int, typ string) []byte {
+	if arrayForm {
+		return mpStr(mpArray(dst, n), typ)
+	}
+	return mpStr(mpStr(mpStr(mpMap(dst, n), "type"), typ), "block_hashes")
 }
 
 func field(dst []byte, arrayForm bool, name string) []byte {
